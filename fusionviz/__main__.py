@@ -1,0 +1,3 @@
+from fusionviz.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""`optimize MODEL -o OUT.onnx [--passes a,b | --all] [--shape ..] [--report R.json] [--no-verify]`."""
+
+from __future__ import annotations
+
+from fusionviz import errors, model_io, verify
+from fusionviz.commands._common import (
+    add_model_arg,
+    add_shape_arg,
+    load_model_arg,
+    progress,
+    shapes_of,
+    write_json,
+)
+from fusionviz.passes import registry, run_pipeline
+
+
+def register(sub) -> None:
+    p = sub.add_parser("optimize", help="apply passes, verify in onnxruntime, save")
+    add_model_arg(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--passes", default=None, help="comma-separated pass names (canonical order is used)")
+    g.add_argument("--all", action="store_true", help="every pass that keeps outputs equal")
+    add_shape_arg(p)
+    p.add_argument("--report", metavar="REPORT.json", help="write a JSON report")
+    p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
+    p.add_argument("--rtol", type=float, default=verify.DEFAULT_RTOL, help="relative tolerance (default 1e-4)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.all or args.passes is None:
+        names = registry.default_passes()
+    else:
+        names = [n for n in args.passes.split(",") if n.strip()]
+        if not names:
+            raise errors.InputSpecError("--passes is empty; name at least one pass or use --all.")
+    passes = registry.resolve(names)  # validates names before any work
+    loaded = load_model_arg(args.model)
+    shapes = shapes_of(args)
+    result = run_pipeline(loaded.proto, [p.name for p in passes],
+                          shapes=shapes, progress=lambda i, n, name: progress(f"[{i}/{n}] {name}") if i < n else None)
+    for r in result.reports:
+        line = f"{r.name:<28} {len(r.changes):>4} changes  nodes {r.nodes_before} -> {r.nodes_after}  {r.seconds * 1000:.0f} ms"
+        if r.error:
+            line += f"  (skipped: {r.error})"
+        progress(line)
+    report = {"model": loaded.name, **result.as_dict()}
+    code = 0
+    if not args.no_verify:
+        exact = all(p.exact for p in passes)
+        v = verify.verify(result.original, result.final, shapes=shapes, rtol=args.rtol, report_only=not exact)
+        report["verify"] = v.as_dict()
+        progress(f"verify: {v.summary()}")
+        if v.error:
+            raise errors.RuntimeLoadError(v.error)
+        if not v.ok and exact:
+            code = 3
+    model_io.save_model(result.final, args.output)
+    progress(f"nodes {result.nodes_before} -> {result.nodes_after}; wrote {args.output}")
+    if args.report:
+        write_json(report, args.report)
+    if code == 3:
+        raise errors.VerificationError(
+            f"Outputs differ beyond rtol {args.rtol:g} (max rel {report['verify']['max_rel_diff']:.3g}); model saved for inspection."
+        )
+    return 0

@@ -1,0 +1,24 @@
+"""onnxruntime optimization levels by the short names fusionviz uses everywhere."""
+
+from __future__ import annotations
+
+from fusionviz import errors
+
+LEVELS = ("off", "basic", "extended", "layout", "all")
+
+
+def graph_optimization_level(level: str):
+    import onnxruntime as ort
+
+    table = {
+        "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+    layout = getattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT", None)
+    table["layout"] = layout if layout is not None else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    try:
+        return table[level]
+    except KeyError:
+        raise errors.InputSpecError(f"Unknown onnxruntime level '{level}'; use one of {', '.join(LEVELS)}.") from None

@@ -1,0 +1,381 @@
+"""The pass contract: Pass, Change, and provenance.
+
+A pass transforms an onnx-ir model in place (``transform``). ``Pass.apply`` wraps that with the
+bookkeeping every pass needs, so no pass has to do it by hand:
+
+1. Node identity before/after is recorded; nodes that disappeared are *removed*, nodes that
+   appeared are *new*; surviving nodes whose op/attributes/inputs changed in place are *changed*.
+   When a pass rebuilds the model (e.g. via a proto round trip) nodes are matched by
+   (name, op_type, inputs, outputs) instead.
+2. Removed and new nodes are grouped into Changes with a union-find over the values they shared:
+   two removed nodes join when the tensor between them vanished; two new nodes join when the
+   tensor between them is new; a removed and a new node join when they produced the same tensor
+   name or fed the same surviving consumer.
+3. Every new node gets provenance in ``metadata_props``: ``fusionviz.sources`` (the *original*
+   node names it stands for, resolved through earlier passes' provenance) and
+   ``fusionviz.passes`` (every pass that touched it). So a node made by two passes from five
+   originals says so.
+4. Unnamed or duplicate-named nodes get unique names so that every view can refer to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+import onnx_ir as ir
+
+logger = logging.getLogger(__name__)
+
+SOURCES_KEY = "fusionviz.sources"
+PASSES_KEY = "fusionviz.passes"
+SEP = ","
+
+
+class Category(str, enum.Enum):
+    SIMPLIFY = "simplify"
+    FUSE = "fuse"
+    LAYOUT = "layout-memory"
+    PRECISION = "precision"
+
+
+class ChangeKind(str, enum.Enum):
+    FUSED = "fused"  # several nodes became one or more new nodes
+    REMOVED = "removed"  # nodes vanished, nothing replaces them
+    FOLDED = "folded"  # nodes were computed ahead of time into constants
+    REPLACED = "replaced"  # one node became other node(s)
+    CHANGED = "changed"  # same node, new attributes or inputs
+    ADDED = "added"  # new nodes with no predecessor (e.g. layout reorders)
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One thing a pass did. Node names refer to the model before (inputs) and after (outputs)."""
+
+    kind: ChangeKind
+    pass_name: str
+    inputs: tuple[str, ...]  # node names in the model before the pass
+    outputs: tuple[str, ...]  # node names in the model after the pass
+    in_ops: tuple[str, ...] = ()
+    out_ops: tuple[str, ...] = ()
+    detail: str = ""
+
+    def describe(self) -> str:
+        ins = " + ".join(f"{o} {n}" for o, n in zip(self.in_ops, self.inputs)) or "-"
+        outs = " + ".join(f"{o} {n}" for o, n in zip(self.out_ops, self.outputs)) or "-"
+        return f"{self.kind.value}: {ins} → {outs}" + (f" ({self.detail})" if self.detail else "")
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["kind"] = self.kind.value
+        return d
+
+
+class Pass:
+    """Base class. Subclasses set the class attributes and implement :meth:`transform`."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    category: ClassVar[Category] = Category.SIMPLIFY
+    explain: ClassVar[str] = ""
+    needs_shapes: ClassVar[bool] = False
+    #: True when outputs must stay equal (fp32 tolerance); False for precision passes.
+    exact: ClassVar[bool] = True
+
+    def transform(self, model: ir.Model) -> ir.Model | None:  # pragma: no cover - abstract
+        """Change ``model`` in place (return None) or return a new model."""
+        raise NotImplementedError
+
+    def apply(self, model: ir.Model) -> tuple[ir.Model, list[Change]]:
+        """Run the pass; return the resulting model and the changes it made (rules 1-4)."""
+        ensure_unique_names(model)
+        before = _snapshot_nodes(model)
+        result = self.transform(model)
+        new_model = result if result is not None else model
+        ensure_unique_names(new_model)
+        changes = diff_changes(before, new_model, self.name)
+        return new_model, changes
+
+    @classmethod
+    def info(cls) -> dict:
+        return {
+            "name": cls.name,
+            "title": cls.title,
+            "category": cls.category.value,
+            "exact": cls.exact,
+            "needs_shapes": cls.needs_shapes,
+            "explain": cls.explain,
+        }
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def all_nodes(model: ir.Model) -> list[ir.Node]:
+    return list(ir.traversal.RecursiveGraphIterator(model.graph))
+
+
+def node_sources(node: ir.Node) -> list[str]:
+    raw = node.metadata_props.get(SOURCES_KEY)
+    if raw:
+        return [s for s in raw.split(SEP) if s]
+    return [node.name or ""]
+
+
+def node_passes(node: ir.Node) -> list[str]:
+    raw = node.metadata_props.get(PASSES_KEY)
+    return [s for s in raw.split(SEP) if s] if raw else []
+
+
+def ensure_unique_names(model: ir.Model) -> None:
+    """Rule 4: give every node a unique, non-empty name."""
+    seen: set[str] = set()
+    counter = 0
+    for node in all_nodes(model):
+        name = node.name
+        if not name or name in seen:
+            base = f"{node.op_type}_fv"
+            while True:
+                counter += 1
+                candidate = f"{base}{counter}"
+                if candidate not in seen:
+                    break
+            node.name = candidate
+        seen.add(node.name)
+
+
+@dataclasses.dataclass
+class _NodeRec:
+    node: ir.Node
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: str
+    sources: tuple[str, ...]
+    passes: tuple[str, ...]
+    consumers: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple:
+        return (self.name, self.op, self.inputs, self.outputs)
+
+
+def _attr_sig(node: ir.Node) -> str:
+    parts = []
+    for k, a in sorted(node.attributes.items()):
+        v = a.value
+        if isinstance(v, (ir.Graph, ir.TensorProtocol)) or hasattr(v, "dtype"):
+            parts.append(f"{k}=<{type(v).__name__}:{id(v)}>")
+        else:
+            parts.append(f"{k}={v!r}"[:200])
+    return ";".join(parts)
+
+
+def _rec(node: ir.Node) -> _NodeRec:
+    consumers: list[str] = []
+    for v in node.outputs:
+        consumers.extend(c.name or "" for c in v.consumers())
+    return _NodeRec(
+        node=node,
+        name=node.name or "",
+        op=node.op_type,
+        inputs=tuple(v.name if v is not None and v.name else "" for v in node.inputs),
+        outputs=tuple(v.name or "" for v in node.outputs),
+        attrs=_attr_sig(node),
+        sources=tuple(node_sources(node)),
+        passes=tuple(node_passes(node)),
+        consumers=tuple(consumers),
+    )
+
+
+def _snapshot_nodes(model: ir.Model) -> list[_NodeRec]:
+    return [_rec(n) for n in all_nodes(model)]
+
+
+class _UF:
+    def __init__(self) -> None:
+        self.parent: dict[object, object] = {}
+
+    def find(self, x: object) -> object:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: object, b: object) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+
+def _value_names(model: ir.Model) -> set[str]:
+    names: set[str] = set()
+    for node in all_nodes(model):
+        names.update(v.name for v in node.outputs if v.name)
+    names.update(model.graph.initializers.keys())
+    names.update(v.name for v in model.graph.inputs if v.name)
+    return names
+
+
+def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str) -> list[Change]:
+    """Compute Changes between a pre-pass node snapshot and the model after (rules 1-3)."""
+    after = _snapshot_nodes(model)
+    before_ids = {id(r.node): r for r in before}
+    after_ids = {id(r.node): r for r in after}
+    matched_after: set[int] = set()
+    changed: list[tuple[_NodeRec, _NodeRec]] = []
+    removed: list[_NodeRec] = []
+    # Rule 1: identity first.
+    for r in before:
+        a = after_ids.get(id(r.node))
+        if a is not None:
+            matched_after.add(id(a.node))
+            # Rewired inputs alone are a consequence of another change, not a change.
+            if (a.op, a.attrs) != (r.op, r.attrs):
+                changed.append((r, a))
+        else:
+            removed.append(r)
+    unmatched_after = [a for a in after if id(a.node) not in matched_after]
+    # Then signature (for passes that rebuilt the model).
+    if removed and unmatched_after:
+        by_key: dict[tuple, list[_NodeRec]] = {}
+        for r in removed:
+            by_key.setdefault(r.key, []).append(r)
+        still_removed_ids = {id(r.node) for r in removed}
+        new: list[_NodeRec] = []
+        for a in unmatched_after:
+            cands = by_key.get(a.key)
+            if cands:
+                r = cands.pop()
+                still_removed_ids.discard(id(r.node))
+            else:
+                new.append(a)
+        removed = [r for r in removed if id(r.node) in still_removed_ids]
+    else:
+        new = unmatched_after
+
+    changes: list[Change] = []
+    for r, a in changed:
+        _stamp(a.node, list(r.sources), list(r.passes), pass_name)
+        detail = ""
+        if r.attrs != a.attrs:
+            detail = "attributes changed"
+        elif r.inputs != a.inputs:
+            detail = "inputs changed"
+        changes.append(Change(ChangeKind.CHANGED, pass_name, (r.name,), (a.node.name,), (r.op,), (a.op,), detail))
+    if not removed and not new:
+        return changes
+
+    after_values = _value_names(model)
+    before_values: set[str] = set()
+    for r in before:
+        before_values.update(r.outputs)
+    uf = _UF()
+    rem_by_out: dict[str, _NodeRec] = {}
+    for r in removed:
+        uf.find(("r", id(r.node)))
+        for o in r.outputs:
+            if o:
+                rem_by_out[o] = r
+    for r in removed:  # removed-removed: the tensor between them vanished
+        for i in r.inputs:
+            p = rem_by_out.get(i)
+            if p is not None and i not in after_values:
+                uf.union(("r", id(p.node)), ("r", id(r.node)))
+    new_by_out: dict[str, _NodeRec] = {}
+    for a in new:
+        uf.find(("n", id(a.node)))
+        for o in a.outputs:
+            if o:
+                new_by_out[o] = a
+    for a in new:  # new-new: the tensor between them is new
+        for i in a.inputs:
+            p = new_by_out.get(i)
+            if p is not None and i not in before_values:
+                uf.union(("n", id(p.node)), ("n", id(a.node)))
+    # removed-new: same produced name, or same surviving consumer.
+    rem_by_consumer: dict[str, list[_NodeRec]] = {}
+    for r in removed:
+        for c in r.consumers:
+            rem_by_consumer.setdefault(c, []).append(r)
+    linked_new: set[int] = set()
+    for a in new:
+        for o in a.outputs:
+            r = rem_by_out.get(o)
+            if r is not None:
+                uf.union(("r", id(r.node)), ("n", id(a.node)))
+                linked_new.add(id(a.node))
+        for c in a.consumers:
+            for r in rem_by_consumer.get(c, ()):
+                # only link to the removed node that fed the consumer the same slot's value
+                uf.union(("r", id(r.node)), ("n", id(a.node)))
+                linked_new.add(id(a.node))
+    # Unlinked new nodes: link to removed nodes they share an input with.
+    rem_by_in: dict[str, list[_NodeRec]] = {}
+    for r in removed:
+        for i in r.inputs:
+            if i:
+                rem_by_in.setdefault(i, []).append(r)
+    for a in new:
+        if id(a.node) in linked_new:
+            continue
+        for i in a.inputs:
+            for r in rem_by_in.get(i, ())[:1]:
+                uf.union(("r", id(r.node)), ("n", id(a.node)))
+
+    groups: dict[object, tuple[list[_NodeRec], list[_NodeRec]]] = {}
+    for r in removed:
+        groups.setdefault(uf.find(("r", id(r.node))), ([], []))[0].append(r)
+    for a in new:
+        groups.setdefault(uf.find(("n", id(a.node))), ([], []))[1].append(a)
+
+    initializer_names = set(model.graph.initializers.keys())
+    for rs, ns in groups.values():
+        sources: list[str] = []
+        passes: list[str] = []
+        for r in rs:
+            for s in r.sources:
+                if s not in sources:
+                    sources.append(s)
+            for p in r.passes:
+                if p not in passes:
+                    passes.append(p)
+        for a in ns:
+            _stamp(a.node, sources, passes, pass_name)
+        if not ns:
+            produced = {o for r in rs for o in r.outputs}
+            kind = ChangeKind.FOLDED if produced & (initializer_names | after_values) else ChangeKind.REMOVED
+        elif not rs:
+            kind = ChangeKind.ADDED
+        elif len(rs) >= 2:
+            kind = ChangeKind.FUSED
+        else:
+            kind = ChangeKind.REPLACED
+        changes.append(
+            Change(
+                kind,
+                pass_name,
+                tuple(r.name for r in rs),
+                tuple(a.node.name for a in ns),
+                tuple(r.op for r in rs),
+                tuple(a.op for a in ns),
+            )
+        )
+    order = {r.name: i for i, r in enumerate(before)}
+    changes.sort(key=lambda c: min((order.get(n, 1 << 30) for n in c.inputs), default=1 << 30))
+    return changes
+
+
+def _stamp(node: ir.Node, sources: Sequence[str], passes: Iterable[str], pass_name: str) -> None:
+    srcs = [s for s in sources if s]
+    if not srcs:
+        srcs = node_sources(node) if node.metadata_props.get(SOURCES_KEY) else []
+    plist = list(dict.fromkeys([*node_passes(node), *passes, pass_name]))
+    if srcs:
+        node.metadata_props[SOURCES_KEY] = SEP.join(dict.fromkeys(srcs))
+    node.metadata_props[PASSES_KEY] = SEP.join(plist)

@@ -1,0 +1,3 @@
+"""Passes: fuse_matmul (filled in by its issue)."""
+
+PASSES: list = []

@@ -1,0 +1,174 @@
+"""Run a subset of passes in canonical order, snapshot after each, and report.
+
+Observation lives here, not in the passes (like TVM's pass instruments): each pass sees an
+onnx-ir model; the pipeline records a ModelProto snapshot after it, its changes, node counts and
+wall time. A pass that raises is reported (``error``) and skipped: the model is restored to the
+snapshot before it, so one broken rule never loses the user's work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import onnx
+import onnx_ir as ir
+
+from fusionviz import errors
+from fusionviz.passes import registry
+from fusionviz.passes.base import Change, all_nodes, ensure_unique_names
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class PassReport:
+    name: str
+    title: str
+    changes: tuple[Change, ...]
+    nodes_before: int
+    nodes_after: int
+    seconds: float
+    error: str | None = None
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "changes": [c.as_dict() for c in self.changes],
+            "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after,
+            "seconds": round(self.seconds, 4),
+            "error": self.error,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    label: str  # "original" or the pass name that produced it
+    model: onnx.ModelProto
+    node_count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineResult:
+    snapshots: tuple[Snapshot, ...]
+    reports: tuple[PassReport, ...]
+    seconds: float
+
+    @property
+    def original(self) -> onnx.ModelProto:
+        return self.snapshots[0].model
+
+    @property
+    def final(self) -> onnx.ModelProto:
+        return self.snapshots[-1].model
+
+    @property
+    def nodes_before(self) -> int:
+        return self.snapshots[0].node_count
+
+    @property
+    def nodes_after(self) -> int:
+        return self.snapshots[-1].node_count
+
+    def changes(self) -> list[Change]:
+        return [c for r in self.reports for c in r.changes]
+
+    def as_dict(self) -> dict:
+        return {
+            "passes": [r.as_dict() for r in self.reports],
+            "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+def count_nodes(model: ir.Model | onnx.ModelProto) -> int:
+    if isinstance(model, onnx.ModelProto):
+        from fusionviz.model_io import _count_nodes
+
+        return _count_nodes(model.graph)
+    return len(all_nodes(model))
+
+
+def fix_input_shapes(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> None:
+    """Replace symbolic input dims with the given concrete ones (like onnxsim's overwrite_input_shapes)."""
+    by_name = {v.name: v for v in model.graph.inputs}
+    for name, dims in shapes.items():
+        if name not in by_name:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise errors.InputSpecError(f"--shape names input '{name}', but the model's inputs are: {known}.")
+        v = by_name[name]
+        if v.shape is not None and len(v.shape) != len(dims):
+            raise errors.InputSpecError(
+                f"--shape {name} has {len(dims)} dims but the input has rank {len(v.shape)}."
+            )
+        v.shape = ir.Shape(list(dims))
+
+
+def infer_shapes(model: ir.Model) -> ir.Model:
+    """onnx shape inference on the IR model; failures leave the model as it was."""
+    try:
+        from onnx_ir.passes.common import ShapeInferencePass
+
+        return ShapeInferencePass()(model).model
+    except Exception as exc:  # shape inference is best effort; passes must cope without it
+        logger.info("shape inference failed: %s", exc)
+        return model
+
+
+def to_ir(model: onnx.ModelProto) -> ir.Model:
+    return ir.serde.deserialize_model(model)
+
+
+def to_proto(model: ir.Model) -> onnx.ModelProto:
+    return ir.serde.serialize_model(model)
+
+
+def run_pipeline(
+    model: onnx.ModelProto,
+    pass_names: Sequence[str],
+    *,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> PipelineResult:
+    """Run ``pass_names`` (any order given; canonical order used) on a copy of ``model``."""
+    passes = registry.resolve(pass_names)
+    t0 = time.perf_counter()
+    work = to_ir(model)
+    if shapes:
+        fix_input_shapes(work, shapes)
+    ensure_unique_names(work)
+    original = to_proto(work)
+    snapshots = [Snapshot("original", original, count_nodes(work))]
+    reports: list[PassReport] = []
+    for i, p in enumerate(passes):
+        if progress:
+            progress(i, len(passes), p.name)
+        n0 = count_nodes(work)
+        t = time.perf_counter()
+        error = None
+        changes: list[Change] = []
+        try:
+            if p.needs_shapes:
+                work = infer_shapes(work)
+            work, changes = p.apply(work)
+        except errors.FusionvizError as exc:
+            error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a broken rule must not lose the user's work
+            logger.exception("pass %s failed", p.name)
+            error = f"{type(exc).__name__}: {exc}"
+        if error is not None:
+            work = to_ir(snapshots[-1].model)
+            changes = []
+        dt = time.perf_counter() - t
+        proto = to_proto(work)
+        n1 = count_nodes(work)
+        reports.append(PassReport(p.name, p.title, tuple(changes), n0, n1, dt, error))
+        snapshots.append(Snapshot(p.name, proto, n1))
+    if progress:
+        progress(len(passes), len(passes), "done")
+    return PipelineResult(tuple(snapshots), tuple(reports), time.perf_counter() - t0)
