@@ -17,8 +17,10 @@ _MODULES = (
     "fusionviz.passes.simplify",
     "fusionviz.passes.fuse_conv",
     "fusionviz.passes.fuse_matmul",
+    "fusionviz.passes.fuse_norm_act",
     "fusionviz.passes.fuse_transformer",
     "fusionviz.passes.layout",
+    "fusionviz.passes.denormal",
     "fusionviz.passes.precision",
 )
 
