@@ -1,7 +1,7 @@
 # Two entry points for a newcomer (see README):
 #   make run   -> venv + app on a sample model
 #   make test  -> venv + dev deps + chromium (apt, when root) + the whole test suite
-PY ?= python3.11
+PY ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8501
@@ -9,7 +9,7 @@ PORT ?= 8501
 .PHONY: run test venv dev chromium lint samples clean
 
 $(BIN)/python:
-	@command -v $(PY) >/dev/null 2>&1 || PY=python3; $${PY:-$(PY)} -m venv $(VENV) 2>/dev/null || python3 -m venv $(VENV)
+	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 venv: $(BIN)/python

@@ -1,0 +1,147 @@
+"""The pass contract and pipeline: change grouping, provenance through passes, error isolation."""
+
+from __future__ import annotations
+
+import onnx
+import onnx.parser
+import onnx_ir as ir
+import pytest
+
+from fusionviz import errors
+from fusionviz.passes import base, registry
+from fusionviz.passes.base import Category, ChangeKind, Pass
+from fusionviz.passes.pipeline import run_pipeline, to_ir
+from fusionviz.verify import verify
+
+CHAIN = """
+<ir_version: 10, opset_import: ["" : 18]>
+g (float[2,3] x) => (float[2,3] y) {
+  a = Identity(x)
+  b = Relu(a)
+  c = Identity(b)
+  y = Abs(c)
+}"""
+
+
+def _fuse_relu_abs(model: ir.Model) -> None:
+    """Test pass: Relu -> Abs becomes one Relu (Abs of a Relu output is a no-op)."""
+    for node in list(model.graph):
+        if node.op_type != "Abs":
+            continue
+        prod = node.inputs[0].producer()
+        if prod is None or prod.op_type != "Relu":
+            continue
+        new = ir.node("Relu", [prod.inputs[0]], name="")
+        model.graph.insert_after(node, new)
+        new.outputs[0].name = "fused_out"
+        ir.convenience.replace_all_uses_with(node.outputs[0], new.outputs[0], replace_graph_outputs=True)
+        model.graph.remove([node, prod], safe=True)
+
+
+class _FuseReluAbs(Pass):
+    name = "test_fuse_relu_abs"
+    title = "test"
+    category = Category.FUSE
+
+    def transform(self, model: ir.Model) -> None:
+        _fuse_relu_abs(model)
+
+
+class _Boom(Pass):
+    name = "test_boom"
+    title = "raises"
+
+    def transform(self, model: ir.Model) -> None:
+        model.graph.remove(list(model.graph)[0])  # leaves a dangling graph, then fails
+        raise RuntimeError("broken rule")
+
+
+def test_removed_nodes_are_grouped_per_vanished_tensor():
+    model = onnx.parser.parse_model(CHAIN)
+    result = run_pipeline(model, ["identity_elimination"])
+    changes = result.reports[0].changes
+    assert [c.kind for c in changes] == [ChangeKind.REMOVED, ChangeKind.REMOVED]
+    assert all(c.in_ops == ("Identity",) for c in changes)
+    assert result.nodes_before == 4 and result.nodes_after == 2
+    assert verify(result.original, result.final).ok
+
+
+def test_fusion_groups_removed_and_new_nodes_and_stamps_provenance():
+    work = to_ir(onnx.parser.parse_model(CHAIN))
+    work, _ = registry.get_pass("identity_elimination").apply(work)
+    work, changes = _FuseReluAbs().apply(work)
+    assert len(changes) == 1
+    (c,) = changes
+    assert c.kind == ChangeKind.FUSED
+    assert sorted(c.in_ops) == ["Abs", "Relu"]
+    (new_name,) = c.outputs
+    node = next(n for n in work.graph if n.name == new_name)
+    assert base.node_sources(node) == list(c.inputs)
+    assert base.node_passes(node) == ["test_fuse_relu_abs"]
+
+
+def test_provenance_accumulates_across_passes():
+    work = to_ir(onnx.parser.parse_model(CHAIN))
+    work, _ = registry.get_pass("identity_elimination").apply(work)
+    work, _ = _FuseReluAbs().apply(work)  # Relu + Abs -> Relu'
+    (fused,) = [n for n in work.graph if n.op_type == "Relu"]
+
+    class _Rename(Pass):
+        name = "test_rebuild"
+        title = "rebuild Relu'"
+
+        def transform(self, model: ir.Model) -> None:
+            (old,) = [n for n in model.graph if n.op_type == "Relu"]
+            new = ir.node("Relu", list(old.inputs))
+            model.graph.insert_after(old, new)
+            ir.convenience.replace_all_uses_with(old.outputs[0], new.outputs[0], replace_graph_outputs=True)
+            model.graph.remove(old, safe=True)
+
+    work, changes = _Rename().apply(work)
+    (c,) = changes
+    assert c.kind == ChangeKind.REPLACED and c.inputs == (fused.name,)
+    node = next(n for n in work.graph if n.name == c.outputs[0])
+    # Sources resolve to the *original* names, passes list both.
+    assert sorted(base.node_sources(node)) == sorted(["Relu_fv2", "Abs_fv4"])
+    assert base.node_passes(node) == ["test_fuse_relu_abs", "test_rebuild"]
+
+
+def test_pipeline_isolates_a_failing_pass(monkeypatch):
+    passes = [_Boom(), registry.get_pass("identity_elimination")]
+    monkeypatch.setattr(registry, "resolve", lambda names: passes)
+    result = run_pipeline(onnx.parser.parse_model(CHAIN), ["x"])
+    boom, ident = result.reports
+    assert boom.error and "broken rule" in boom.error and not boom.changes
+    assert boom.nodes_after == 4  # model restored to the snapshot before the failing pass
+    assert ident.error is None and ident.nodes_after == 2
+    assert verify(result.original, result.final).ok
+
+
+def test_unknown_pass_name_is_a_user_error_with_suggestion():
+    with pytest.raises(errors.InputSpecError, match="identity_elimination"):
+        registry.get_pass("identity_eliminaton")
+
+
+def test_canonical_order_is_kept_whatever_the_request_order():
+    names = registry.pass_names()
+    assert names == [p.name for p in registry.resolve(list(reversed(names)))]
+    orders = [getattr(p, "order", 0) for p in registry.all_passes()]
+    assert orders == sorted(orders)
+
+
+def test_every_pass_has_contract_fields():
+    for p in registry.all_passes():
+        assert p.name and p.name.replace("_", "").isalnum() and p.name.islower(), p.name
+        assert p.title and p.explain.strip(), p.name
+        assert isinstance(p.category, Category)
+        assert 100 <= p.order < 600, p.name
+
+
+def test_snapshots_one_per_pass_plus_original():
+    model = onnx.parser.parse_model(CHAIN)
+    names = ["identity_elimination"]
+    result = run_pipeline(model, names)
+    assert [s.label for s in result.snapshots] == ["original", *names]
+    assert all(isinstance(s.model, onnx.ModelProto) for s in result.snapshots)
+    d = result.as_dict()
+    assert {"passes", "nodes_before", "nodes_after"} <= set(d)
