@@ -7,6 +7,49 @@ and exits 2; the app shows it with ``st.error``. Anything else that escapes is a
 
 from __future__ import annotations
 
+import unicodedata
+
+#: Longest message a user sees; model-derived names can be 10,000 characters long.
+MAX_MESSAGE_CHARS = 500
+
+_SPECIAL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: object, max_chars: int | None = None) -> str:
+    """``text`` made safe for a terminal or a one-line message.
+
+    Control and format characters (ANSI escapes, carriage returns, NUL, bidi overrides such as
+    U+202E) are replaced by visible escapes (``\\x1b``, ``\\r``, ``\\u202e``) so text taken from a
+    model can neither move the cursor nor hide or reorder what is printed around it. Newlines and
+    tabs are escaped too. With ``max_chars`` the result is shortened and says how much was cut.
+
+    Args:
+        text: any object; ``str()`` of it is used.
+        max_chars: optional length bound of the result.
+
+    Returns:
+        A string with no control or format characters.
+    """
+    s = str(text)
+    if not s.isprintable():
+        out = []
+        for ch in s:
+            if ch.isprintable():
+                out.append(ch)
+            elif unicodedata.category(ch) == "Zs":  # no-break and other odd spaces
+                out.append(" ")
+            elif ch in _SPECIAL:
+                out.append(_SPECIAL[ch])
+            else:
+                code = ord(ch)
+                out.append(f"\\x{code:02x}" if code < 0x100 else
+                           f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        s = "".join(out)
+    if max_chars is not None and len(s) > max_chars:
+        cut = len(s) - max_chars
+        s = s[:max_chars] + f"...(+{cut} chars)"
+    return s
+
 
 class FusionvizError(Exception):
     """Base class: ``str(err)`` is a single sentence meant for the user."""
@@ -14,10 +57,11 @@ class FusionvizError(Exception):
     exit_code = 2
 
     def __init__(self, message: str) -> None:
-        # One line, bounded length: file names and protobuf messages can be huge or multi-line.
-        message = " ".join(str(message).split())
-        if len(message) > 500:
-            message = message[:497] + "..."
+        # One line, bounded length, no control characters: file names, tensor names and
+        # protobuf messages can be huge, multi-line, or carry terminal escape sequences.
+        message = printable(" ".join(str(message).split()))
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[: MAX_MESSAGE_CHARS - 3] + "..."
         super().__init__(message)
 
 
@@ -51,6 +95,14 @@ class UnsupportedVersionError(ModelLoadError):
 
 class CheckerError(ModelLoadError):
     """The ONNX checker rejected the graph."""
+
+
+class TensorDataError(ModelLoadError):
+    """A tensor's declared shape does not match the data it holds (e.g. dims of 2**40, 4 bytes)."""
+
+
+class ArchiveError(NotOnnxError):
+    """A zip archive is broken or holds no single model."""
 
 
 class InputSpecError(FusionvizError):

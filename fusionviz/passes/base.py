@@ -93,10 +93,15 @@ class Pass:
         """Run the pass; return the resulting model and the changes it made (rules 1-4)."""
         ensure_unique_names(model)
         before = _snapshot_nodes(model)
+        inits_before = _initializer_bytes(model)
+        inputs_before = {v.name for v in model.graph.inputs}
         result = self.transform(model)
         new_model = result if result is not None else model
         ensure_unique_names(new_model)
         changes = diff_changes(before, new_model, self.name)
+        alive = {id(n) for n in all_nodes(new_model)}
+        fed_removed = {i for r in before if id(r.node) not in alive for i in r.inputs}
+        changes.extend(_initializer_changes(inits_before, inputs_before, new_model, self.name, fed_removed))
         return new_model, changes
 
     @classmethod
@@ -178,7 +183,8 @@ def _attr_sig(node: ir.Node) -> str:
 def _rec(node: ir.Node) -> _NodeRec:
     consumers: list[str] = []
     for v in node.outputs:
-        consumers.extend(c.name or "" for c in v.consumers())
+        # Detached nodes (no graph) can linger as users of a value after a rewrite; skip them.
+        consumers.extend(c.name for c in v.consumers() if c.graph is not None and c.name)
     return _NodeRec(
         node=node,
         name=node.name or "",
@@ -368,6 +374,40 @@ def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str) -> lis
         )
     order = {r.name: i for i, r in enumerate(before)}
     changes.sort(key=lambda c: min((order.get(n, 1 << 30) for n in c.inputs), default=1 << 30))
+    return changes
+
+
+def _initializer_bytes(model: ir.Model) -> dict[str, int]:
+    out = {}
+    for name, v in model.graph.initializers.items():
+        cv = v.const_value
+        try:
+            out[name] = int(cv.nbytes) if cv is not None else 0
+        except Exception:  # noqa: BLE001 - size is informative only
+            out[name] = 0
+    return out
+
+
+def _initializer_changes(inits_before: dict[str, int], inputs_before: set[str], model: ir.Model,
+                         pass_name: str, fed_removed: set[str]) -> list[Change]:
+    """Changes that touch only initializers or graph inputs (no node): one summary Change each.
+
+    Initializers that fed a removed node are part of that node's Change and are not repeated.
+    """
+    changes = []
+    after = set(model.graph.initializers.keys())
+    gone = [n for n in inits_before if n not in after and n not in fed_removed]
+    if gone:
+        nbytes = sum(inits_before[n] for n in gone)
+        names = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+        changes.append(Change(ChangeKind.REMOVED, pass_name, (), (), (), (),
+                              f"{len(gone)} initializer(s) removed ({nbytes / 1e6:.2f} MB): {names}"))
+    inputs_after = {v.name for v in model.graph.inputs}
+    dropped = sorted(inputs_before - inputs_after)
+    if dropped:
+        names = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
+        changes.append(Change(ChangeKind.CHANGED, pass_name, (), (), (), (),
+                              f"{len(dropped)} graph input(s) that were weights became constants: {names}"))
     return changes
 
 

@@ -1,3 +1,140 @@
-"""Passes: denormal (filled in by its issue)."""
+"""Denormal flush: set subnormal float weights to zero when the outputs stay equal.
 
-PASSES: list = []
+Rules:
+
+1. Every float initializer (fp32, fp16, fp64) is scanned; a value is *denormal* when
+   ``0 < |x| < tiny`` (``tiny`` = smallest normal: 1.1754944e-38 for fp32, 6.1035e-05 for fp16,
+   2.2250738585072014e-308 for fp64).
+2. None found: no change.
+3. Found: a candidate model with those values set to +0 (sign kept: -0.0 for negatives) is
+   compared with the current one in onnxruntime (optimizations off, deterministic inputs,
+   1e-4 relative). Within tolerance: the flush is applied and reported as one Change per
+   initializer group with the counts; beyond tolerance, or when the comparison cannot run, the
+   model is left alone and the reason is logged and reported in :attr:`DenormalFlush.last_reason`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx_ir as ir
+
+from fusionviz.passes.base import Category, Change, ChangeKind, Pass, ensure_unique_names
+
+logger = logging.getLogger(__name__)
+
+_TINY = {np.dtype(np.float32): np.finfo(np.float32).tiny, np.dtype(np.float16): np.finfo(np.float16).tiny,
+         np.dtype(np.float64): np.finfo(np.float64).tiny}
+
+
+def count_denormals(array: np.ndarray) -> int:
+    """Number of subnormal values in a float array (0 for other dtypes)."""
+    tiny = _TINY.get(array.dtype)
+    if tiny is None:
+        return 0
+    a = np.abs(array)
+    return int(np.count_nonzero((a > 0) & (a < tiny)))
+
+
+def flush_denormals(array: np.ndarray) -> np.ndarray:
+    """A copy with subnormal values replaced by signed zeros."""
+    tiny = _TINY[array.dtype]
+    out = array.copy()
+    mask = (np.abs(out) < tiny) & (out != 0)
+    out[mask] = np.copysign(np.zeros((), out.dtype), out[mask])
+    return out
+
+
+def find_denormal_initializers(model: ir.Model) -> dict[str, tuple[np.ndarray, int]]:
+    """Initializer name -> (array, denormal count), for those with any (rule 1)."""
+    found: dict[str, tuple[np.ndarray, int]] = {}
+    for name, value in model.graph.initializers.items():
+        t = value.const_value
+        if t is None or t.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE):
+            continue
+        try:
+            arr = t.numpy()
+        except Exception:  # noqa: BLE001 - unreadable tensors are skipped
+            continue
+        n = count_denormals(arr)
+        if n:
+            found[name] = (arr, n)
+    return found
+
+
+class DenormalFlush(Pass):
+    name = "denormal_flush"
+    title = "Flush denormal weights to zero"
+    category = Category.LAYOUT
+    order = 450
+    needs_shapes = False
+    explain = """\
+**What:** finds float weights in the *denormal* (subnormal) range — `0 < |x| < 1.1754944e-38`
+for fp32 — reports how many there are, and sets them to zero, but only after checking in
+onnxruntime that the outputs stay within 1e-4 relative; otherwise it changes nothing and says why.
+
+**Why faster:** x86 CPUs handle denormal operands in microcode: an FMA that touches one can take
+~100 cycles instead of ~4. Trained weights that decayed towards zero (pruned or heavily
+regularised layers, exported detectors) can hold many, and every product with them is slow —
+worth several times in latency on such models. A denormal weight contributes at most
+`1.2e-38 · |x|` to a sum, far below fp32 resolution of any normal-sized output, so zeroing it is
+numerically invisible. Denormals can also arise in *activations*; for those, use the benchmark's
+"denormals as zero" setting (onnxruntime's `session.set_denormal_as_zero`, which sets the CPU's
+FTZ/DAZ flags).
+
+**Math:** `w' = 0 if |w| < 2⁻¹²⁶ else w` (fp32).
+"""
+
+    def apply(self, model: ir.Model) -> tuple[ir.Model, list[Change]]:
+        """Rule 3: the flush changes initializers, not nodes, so the Change is made here."""
+        ensure_unique_names(model)
+        flushed, reason = flush_model(model)
+        logger.info("denormal_flush: %s", reason)
+        if not flushed:
+            return model, []
+        consumers: list[str] = []
+        ops: list[str] = []
+        for name in flushed:
+            for use in model.graph.initializers[name].uses():
+                if use.node.name not in consumers:
+                    consumers.append(use.node.name)
+                    ops.append(use.node.op_type)
+        detail = reason + ": " + ", ".join(f"{k} ({v})" for k, v in list(flushed.items())[:10])
+        if len(flushed) > 10:
+            detail += f", ... ({len(flushed) - 10} more)"
+        return model, [Change(ChangeKind.CHANGED, self.name, tuple(consumers), tuple(consumers),
+                              tuple(ops), tuple(ops), detail)]
+
+    def transform(self, model: ir.Model) -> None:
+        flush_model(model)
+
+
+def flush_model(model: ir.Model, *, rtol: float = 1e-4) -> tuple[dict[str, int], str]:
+    """Rules 1-3 in place: returns (initializer -> flushed count, one-sentence reason)."""
+    found = find_denormal_initializers(model)
+    if not found:  # rule 2
+        return {}, "no denormal weights"
+    from onnx import numpy_helper
+
+    from fusionviz.verify import verify
+
+    total = sum(n for _, n in found.values())
+    original = ir.serde.serialize_model(model)
+    flushed = {name: flush_denormals(arr) for name, (arr, _) in found.items()}
+    candidate = ir.serde.serialize_model(model)
+    for init in candidate.graph.initializer:
+        if init.name in flushed:
+            init.CopyFrom(numpy_helper.from_array(flushed[init.name], init.name))
+    v = verify(original, candidate, rtol=rtol)
+    if not v.ok:
+        return {}, f"found {total} denormal values but left them: {v.error or v.summary()}"
+    for name, arr in flushed.items():
+        model.graph.initializers[name].const_value = ir.tensor(arr, name=name)
+    n_init = len(flushed)
+    return ({name: found[name][1] for name in flushed},
+            f"{total} denormal value{'s' if total != 1 else ''} set to zero in {n_init} "
+            f"initializer{'s' if n_init != 1 else ''} (outputs {v.summary()})")
+
+
+PASSES: list[type[Pass]] = [DenormalFlush]

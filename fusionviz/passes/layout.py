@@ -1,3 +1,132 @@
-"""Passes: layout (filled in by its issue)."""
+"""Layout pass: onnxruntime's NCHWc blocked layout, captured as a visible graph rewrite.
 
-PASSES: list = []
+onnxruntime's CPU provider rewrites convolutional networks at its "layout" level: 4-D Conv,
+pooling and element-wise chains move into the ``com.microsoft.nchwc`` domain, which stores
+activations as ``N × C/b × H × W × b`` blocks (``b`` = 8 floats with AVX2, 16 with AVX-512), with
+``ReorderInput``/``ReorderOutput`` nodes where the graph enters or leaves the blocked layout and
+weights pre-reordered once. This pass asks onnxruntime to do exactly that and saves the result
+(``SessionOptions.optimized_model_filepath``), then hands the captured graph back to the
+pipeline, which draws every new node with its provenance (matched by tensor names).
+
+Rules:
+
+1. Only models with a 4-D ``Conv`` are touched; anything else returns no changes.
+2. The capture runs at onnxruntime's highest level (the layout transformer runs after, and
+   depends on, its basic/extended fusions), so the captured graph also holds onnxruntime's own
+   fusions of whatever fusionviz's passes left; they are reported by this pass too.
+3. The capture must run: the saved model is loaded again in onnxruntime with optimizations off
+   and compared on deterministic inputs; if it does not load, run or match (1e-4 relative), the
+   pass leaves the model alone and logs why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+
+import onnx
+import onnx_ir as ir
+
+from fusionviz.passes.base import Category, Pass
+
+logger = logging.getLogger(__name__)
+
+NCHWC = "com.microsoft.nchwc"
+
+
+def _has_conv(model: ir.Model) -> bool:
+    for node in model.graph:
+        if node.op_type == "Conv" or (node.op_type == "FusedConv" and node.domain == "com.microsoft"):
+            x = node.inputs[0]
+            if x is not None and (x.shape is None or len(x.shape) == 4):
+                return True
+    return False
+
+
+def capture_ort_graph(proto: onnx.ModelProto, level: str = "all") -> onnx.ModelProto:
+    """The graph onnxruntime builds at ``level`` on this CPU, saved and loaded back.
+
+    Raises:
+        fusionviz.errors.RuntimeLoadError: onnxruntime cannot load the model.
+    """
+    import onnxruntime as ort
+
+    from fusionviz import errors
+    from fusionviz.ortlevels import graph_optimization_level
+
+    with tempfile.TemporaryDirectory(prefix="fusionviz-layout-") as tmp:
+        path = os.path.join(tmp, "ort_optimized.onnx")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = graph_optimization_level(level)
+        so.optimized_model_filepath = path
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 3
+        try:
+            ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - ORT raises many types
+            raise errors.RuntimeLoadError(f"onnxruntime cannot load the model: {' '.join(str(exc).split())[:200]}") from None
+        return onnx.load(path)
+
+
+class NchwcLayout(Pass):
+    name = "nchwc_layout"
+    title = "NCHWc blocked layout (onnxruntime's layout level, captured)"
+    category = Category.LAYOUT
+    order = 410
+    needs_shapes = False
+    explain = """\
+**What:** rewrites convolutional parts of the graph into onnxruntime's **NCHWc** blocked layout —
+`com.microsoft.nchwc.Conv`, `MaxPool`, `GlobalAveragePool`, … with `ReorderInput` /
+`ReorderOutput` nodes drawn where the graph enters and leaves the blocked layout. It is
+onnxruntime's own "layout" transformation, captured from onnxruntime
+(`optimized_model_filepath`) so you can *see* it; the captured model then runs at the same speed
+with onnxruntime's optimizer switched off. The capture also contains onnxruntime's own fusions
+(the layout transformer runs after them); the pass reports them as its changes too.
+
+**Why faster:** in NCHW a convolution's inner loop strides across planes; in NCHWc the `b`
+channels of a block sit next to each other, so one SIMD register holds `b` output channels for
+one pixel and the kernel does `b`-wide FMAs with unit-stride loads. Activations stay blocked
+between consecutive convolutions, so the reorders are paid once per region, not per layer. On
+CNNs this is onnxruntime's largest CPU win (about 1.5× on ResNet-18), larger than all fusions.
+
+**Hardware-specific:** the block size `b` is the CPU's SIMD width (8 floats with AVX2, 16 with
+AVX-512), chosen when the graph is captured. The saved model needs onnxruntime's CPU provider
+(the `com.microsoft.nchwc` kernels exist nowhere else) and a CPU with the same SIMD width: keep
+the original for other machines.
+
+**Math:** none changes: `y[n, c//b, h, w, c%b] = y_nchw[n, c, h, w]` is a pure relayout; the
+convolution sums are the same products, possibly in a different order (fp32 rounding).
+"""
+
+    def transform(self, model: ir.Model) -> ir.Model | None:
+        # Rule 1
+        if not _has_conv(model):
+            return None
+        from fusionviz.verify import verify
+
+        proto = ir.serde.serialize_model(model)
+        try:
+            captured = capture_ort_graph(proto)
+        except Exception as exc:  # noqa: BLE001 - a pass that does not apply never raises
+            logger.info("nchwc_layout: capture failed: %s", exc)
+            return None
+        n_nchwc = sum(1 for n in captured.graph.node if n.domain == NCHWC)
+        if n_nchwc == 0:
+            logger.info("nchwc_layout: onnxruntime chose no NCHWc kernels for this model on this CPU")
+            return None
+        # Rule 3: the captured graph must run with ORT off and match.
+        v = verify(proto, captured, rtol=1e-4)
+        if not v.ok:
+            logger.info("nchwc_layout: captured graph not used: %s", v.summary())
+            return None
+        captured.doc_string = proto.graph.doc_string or captured.doc_string
+        new = ir.serde.deserialize_model(captured)
+        # onnxruntime keeps tensor and node names; carry over the model-level metadata.
+        new.producer_name = model.producer_name
+        new.producer_version = model.producer_version
+        new.metadata_props.update(model.metadata_props)
+        return new
+
+
+PASSES: list[type[Pass]] = [NchwcLayout]

@@ -1,0 +1,179 @@
+"""`bench MODEL [--variant LABEL=PASSLIST ...] [--reference] [--whatif MODE] [--ort-level L] ...`.
+
+Measures variants of MODEL in isolated, interleaved onnxruntime workers (fusionviz.bench).
+PASSLIST is comma-separated pass names, ``all`` (every exact pass) or empty (the original).
+Without ``--variant`` the set is ``original`` and ``all passes``. Progress goes to stderr, the
+table to stdout, and ``--json`` writes one record per variant.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fusionviz import errors
+from fusionviz.commands._common import (
+    add_model_arg,
+    add_shape_arg,
+    load_model_arg,
+    progress,
+    shapes_of,
+    write_json,
+)
+from fusionviz.ortlevels import LEVELS
+
+logger = logging.getLogger(__name__)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="measure latency and memory of variants in onnxruntime")
+    add_model_arg(p)
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL=PASSLIST",
+                   help="a variant: label and comma-separated passes ('all' = every exact pass, "
+                        "empty = original); repeatable")
+    p.add_argument("--reference", action="store_true",
+                   help="add the original under every ORT level and onnxslim/onnxsim/onnxscript/ORT-optimized graphs")
+    p.add_argument("--whatif", choices=("cumulative", "leave-one-out"),
+                   help="per-pass what-if variants over all passes (or the passes of --variant's last entry)")
+    p.add_argument("--ort-level", default="off", choices=LEVELS, help="onnxruntime optimization level (default off)")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    p.add_argument("--provider", default="CPUExecutionProvider", help="execution provider")
+    p.add_argument("--disable-optimizer", action="append", default=[], metavar="NAME",
+                   help="onnxruntime optimizer to switch off (repeatable)")
+    p.add_argument("--denormal-as-zero", action="store_true", help="set session.set_denormal_as_zero")
+    add_shape_arg(p)
+    p.add_argument("--min-time", type=float, default=1.0, metavar="S", help="timed seconds per variant (default 1)")
+    p.add_argument("--max-rounds", type=int, default=50, help="most interleaved rounds (default 50)")
+    p.add_argument("--timeout", type=float, default=120, metavar="S", help="time limit per worker (default 120)")
+    p.add_argument("--mem-limit", type=int, default=4096, metavar="MB", help="memory cap per worker (default 4096)")
+    p.add_argument("--profile", action="store_true", help="aggregate onnxruntime's profiler by op type and node")
+    p.add_argument("--no-verify", action="store_true", help="skip comparing outputs with the original")
+    p.add_argument("--json", metavar="OUT.json", help="write the results as JSON ('-' for stdout)")
+    p.set_defaults(func=run)
+
+
+def _parse_variant(text: str) -> tuple[str, list[str]]:
+    if "=" not in text:
+        raise errors.InputSpecError(f"--variant '{text}' is not LABEL=PASSLIST (e.g. fused=fold_batchnorm,fuse_conv_activation).")
+    label, _, plist = text.partition("=")
+    label = label.strip()
+    if not label:
+        raise errors.InputSpecError(f"--variant '{text}' has an empty label.")
+    from fusionviz.passes import registry
+
+    names = [n.strip() for n in plist.split(",") if n.strip()]
+    if names == ["all"]:
+        names = registry.default_passes()
+    registry.resolve(names)  # unknown names -> InputSpecError
+    return label, names
+
+
+def build_variants(model, args, settings, shapes) -> list:
+    """Variants for the CLI flags (also used by scripts)."""
+    from fusionviz.bench import Variant, whatif
+    from fusionviz.passes import registry, run_pipeline
+
+    specs = [_parse_variant(v) for v in args.variant]
+    variants = []
+    if args.whatif:
+        passes = specs[-1][1] if specs else registry.default_passes()
+        fn = whatif.cumulative if args.whatif == "cumulative" else whatif.leave_one_out
+        w = fn(model, passes, settings, shapes=shapes)
+        if w.skipped:
+            progress(f"what-if: passes that changed nothing (not measured): {', '.join(w.skipped)}")
+        variants.extend(w.variants)
+    else:
+        if not specs:
+            specs = [("original", []), ("all passes", registry.default_passes())]
+        for label, names in specs:
+            if names:
+                progress(f"running passes for '{label}': {', '.join(names)}")
+                res = run_pipeline(model, names, shapes=shapes)
+                for r in res.reports:
+                    if r.error:
+                        progress(f"  pass {r.name} skipped: {r.error}")
+                variants.append(Variant(label, res.final, settings, tuple(names)))
+            else:
+                variants.append(Variant(label, model, settings, ()))
+    if args.reference:
+        import dataclasses
+
+        have = {v.label for v in variants}
+        for lv in LEVELS:
+            label = f"original @{lv}"
+            if lv != settings.level and label not in have:
+                variants.append(Variant(label, model, dataclasses.replace(settings, level=lv), ()))
+        progress("running reference optimizers (onnxslim, onnxsim, onnxscript, ORT levels)")
+        refs, failures = whatif.reference_variants(model, settings, shapes=shapes)
+        for label, why in failures.items():
+            progress(f"  reference {label} not measured: {why}")
+        variants.extend(refs)
+    labels = [v.label for v in variants]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise errors.InputSpecError(f"Variant labels must be unique; repeated: {', '.join(dupes)}.")
+    return variants
+
+
+def _fmt_table(results) -> str:
+    base = next((r for r in results if r.stats is not None), None)
+    rows = [("variant", "median ms", "p10-p90 ms", "95% CI ms", "n", "vs first", "RSS run MB",
+             "static peak MB", "verify")]
+    for r in results:
+        if r.stats is None:
+            rows.append((r.label, "-", "-", "-", "-", "-", "-", "-", f"ERROR: {r.error}"))
+            continue
+        s = r.stats
+        ratio = f"{s.median_ms / base.stats.median_ms:.3f}x" if base else "-"
+        mem = r.memory
+        rss = f"{mem['rss_run_mb']:.1f}" if mem.get("rss_run_mb") is not None else "-"
+        sp = mem.get("static_peak_reuse_bytes")
+        sp_s = f"{sp / 1024 / 1024:.2f}" if sp is not None else "-"
+        ver = "-"
+        if r.verify:
+            ver = "ok" if r.verify.get("ok") else (r.verify.get("error") or f"max rel {r.verify.get('max_rel_diff', 0):.1e}")
+        rows.append((r.label + (" (unstable)" if s.unstable else ""), f"{s.median_ms:.3f}",
+                     f"{s.p10_ms:.3f}-{s.p90_ms:.3f}", f"{s.ci_low_ms:.3f}-{s.ci_high_ms:.3f}", str(s.n),
+                     ratio, rss, sp_s, ver))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def run(args) -> int:
+    from fusionviz.bench import Settings, run_benchmark
+
+    if args.threads < 1:
+        raise errors.InputSpecError("--threads must be at least 1.")
+    if args.min_time <= 0 or args.timeout <= 0 or args.mem_limit <= 0 or args.max_rounds < 1:
+        raise errors.InputSpecError("--min-time, --timeout, --mem-limit and --max-rounds must be positive.")
+    settings = Settings(level=args.ort_level, threads=args.threads, provider=args.provider,
+                        disabled_optimizers=tuple(args.disable_optimizer),
+                        denormal_as_zero=args.denormal_as_zero)
+    for v in args.variant:
+        _parse_variant(v)  # validate flags before loading anything
+    loaded = load_model_arg(args.model)
+    shapes = shapes_of(args)
+    variants = build_variants(loaded.proto, args, settings, shapes)
+    progress(f"benchmarking {len(variants)} variants of {loaded.name} ({settings.describe()})")
+    last = [-1]
+
+    def on_progress(frac: float, msg: str) -> None:
+        pct = int(frac * 100)
+        if msg.startswith("round") and pct == last[0]:
+            return
+        last[0] = pct
+        progress(f"[{pct:3d}%] {msg}")
+
+    results = run_benchmark(variants, shapes=shapes or None, min_time_s=args.min_time,
+                            max_rounds=args.max_rounds, timeout_s=args.timeout,
+                            mem_limit_mb=args.mem_limit, profile=args.profile,
+                            verify_against=None if args.no_verify else loaded.proto,
+                            progress=on_progress)
+    table = _fmt_table(results)
+    if args.json == "-":
+        progress(table)
+    else:
+        print(table)
+    if args.json:
+        write_json({"model": loaded.name, "sha256": loaded.sha256,
+                    "variants": [r.as_dict() for r in results]}, args.json)
+    return 0

@@ -1,0 +1,428 @@
+"""``render_graph``: model (+ diff) → DOT text, with focus, changed-only, collapse and a cap.
+
+Drawing rules (model_graph, collapse and dot hold theirs):
+
+1. A node's fill is its op family's colour; with a diff, fused/added nodes are green, removed
+   red (dashed), changed amber, each with a thick border; unchanged nodes keep the family fill.
+2. Fused nodes say what they came from ("← Conv_12 + BatchNormalization_13 + Relu_14"; long
+   lists "← 12 nodes: Conv_1 + … + Relu_9"); removed nodes in the before view say where they went
+   ("fused into FusedConv_3").
+3. Edges carry "shape dtype" when the picture is small enough for labels to help
+   (``EDGE_LABEL_MAX`` items); edges between boxes say how many tensors they carry.
+4. Hub tensors never constrain the layout: their edges are drawn dashed with ``constraint=false``.
+   Big pictures bound the layout work with ``nslimit``/``mclimit`` (ANCHORS: a hub made ``dot``
+   take 115 s on 1k nodes; bounded, 2 s).
+5. Edges from nodes that are not drawn (focus, changed-only, cap) start at a small "⋯" stub, so
+   a cut is visible as a cut.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+from collections.abc import Mapping
+
+import onnx
+
+from fusionviz import errors
+from fusionviz.graphview import dot as D
+from fusionviz.graphview.collapse import neighbourhood, select
+from fusionviz.graphview.diff import GraphDiff
+from fusionviz.graphview.model_graph import DisplayGraph, DisplayNode, build_display_graph, infer
+
+logger = logging.getLogger(__name__)
+
+#: Above this many drawn items, edges are not labelled with shapes (rule 3).
+EDGE_LABEL_MAX = 500
+#: Above this many drawn items, layout work is bounded (rule 4).
+BIG_LAYOUT = 150
+#: At most this many "⋯" stubs (rule 5); the rest share one.
+MAX_STUBS = 120
+
+
+def _default_max_nodes() -> int:
+    try:
+        return max(1, int(os.environ.get("FUSIONVIZ_MAX_DRAW_NODES", "400")))
+    except ValueError:
+        return 400
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderOptions:
+    """What to draw.
+
+    Attributes:
+        collapse: draw scopes as boxes with node counts (expand them with ``expanded``).
+        expanded: scopes to keep open (``encoder/layer.3``; the ids ``Rendered.scope_ids`` maps to).
+        focus: a node name: draw only it and its neighbours within ``hops`` edges.
+        hops: see ``focus``.
+        changed_only: draw only nodes the diff marks, with ``context_hops`` of neighbours.
+        context_hops: see ``changed_only``.
+        max_nodes: hard cap on drawn items [env FUSIONVIZ_MAX_DRAW_NODES, 400].
+        show_shapes: label edges with shape and dtype (small pictures only).
+        rankdir: "TB" or "LR".
+        legend: add a legend node to the DOT (the UI can draw ``Rendered.legend`` itself).
+    """
+
+    collapse: bool = False
+    expanded: tuple[str, ...] = ()
+    focus: str | None = None
+    hops: int = 2
+    changed_only: bool = False
+    context_hops: int = 1
+    max_nodes: int = dataclasses.field(default_factory=_default_max_nodes)
+    show_shapes: bool = True
+    rankdir: str = "TB"
+    legend: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    """A drawn graph.
+
+    Attributes:
+        dot: the DOT text.
+        drawn: items drawn (nodes and collapsed boxes; not inputs, outputs, stubs, legend).
+        total: op nodes in the model's main graph (folded constants excluded).
+        note: a sentence for the user when something is left out, else None.
+        node_ids: SVG/DOT element id → node key (the node name, ``#i`` for unnamed nodes).
+        scope_ids: SVG/DOT element id → scope path of a collapsed box (pass it in ``expanded``).
+        legend: (title, fill, border) entries for a legend drawn by the UI.
+        focus: the node key focused on, if any.
+    """
+
+    dot: str
+    drawn: int
+    total: int
+    note: str | None
+    node_ids: dict[str, str]
+    scope_ids: dict[str, str]
+    legend: tuple[tuple[str, str, str], ...] = ()
+    focus: str | None = None
+
+
+def resolve_node(dg: DisplayGraph, name: str) -> str:
+    """The key of the node called ``name`` (exact key, exact name, then a unique short name)."""
+    if name in dg.by_key:
+        return name
+    exact = [n.key for n in dg.nodes if n.name == name]
+    if exact:
+        return exact[0]
+    short = [n.key for n in dg.nodes if n.short_name == name or n.name.endswith("/" + name)]
+    if len(short) == 1:
+        return short[0]
+    import difflib
+
+    close = difflib.get_close_matches(name, [n.name for n in dg.nodes if n.name], n=3)
+    hint = f" Did you mean: {', '.join(D.shorten(c, 60) for c in close)}?" if close else ""
+    if len(short) > 1:
+        hint = f" {len(short)} nodes are called that; give the full name." + hint
+    raise errors.RenderError(f"No node named '{D.shorten(D.clean(name), 80)}' in the model.{hint}")
+
+
+def _wrap(items: list[str], width: int = 34) -> list[str]:
+    lines: list[str] = []
+    cur = ""
+    for it in items:
+        if cur and len(cur) + 1 + len(it) > width:
+            lines.append(cur)
+            cur = it
+        else:
+            cur = f"{cur} {it}" if cur else it
+    if cur:
+        lines.append(cur)
+    return lines
+
+
+def provenance_text(names: list[str], limit: int = 4) -> str:
+    """Rule 2: "← A + B + C", or "← 12 nodes: A + B + … + L" for long lists."""
+    short = [D.shorten(n, 28) for n in names]
+    if len(short) <= limit:
+        return "← " + " + ".join(short)
+    return f"← {len(short)} nodes: " + " + ".join(short[:2]) + " + … + " + short[-1]
+
+
+def _node_lines(n: DisplayNode, status: str | None, diff: GraphDiff | None, side: str
+                ) -> list[tuple[str, str | None, int | None, bool]]:
+    op = n.op if n.domain in ("", "ai.onnx") else f"{n.op} ({n.domain})"
+    lines: list[tuple[str, str | None, int | None, bool]] = [(D.shorten(op, 40), None, 12, True)]
+    sn = n.short_name
+    if sn != n.op:
+        lines.append((D.shorten(sn, 36), "#555555", 9, False))
+    for text in _wrap(n.attrs):
+        lines.append((D.shorten(text, 48), "#333333", 9, False))
+    for w in n.weights[:4]:
+        lines.append((D.shorten(w, 40), "#333333", 9, False))
+    if len(n.weights) > 4:
+        lines.append((f"+{len(n.weights) - 4} more weights", "#333333", 9, False))
+    for s in n.subgraphs:
+        lines.append((D.shorten(s, 40), "#7a3e00", 9, False))
+    if diff is not None and status:
+        if side == "after" and status in ("fused", "changed", "added"):
+            src = diff.provenance.get(n.key) or []
+            if status == "fused" or (src and src != [n.key]):
+                lines.append((provenance_text(src or diff.contributors.get(n.key, [])), "#14602c", 9, True))
+            elif status == "added":
+                lines.append(("new", "#14602c", 9, True))
+            else:
+                lines.append(("changed", "#8a4b00", 9, True))
+        elif side == "before" and status == "removed":
+            into = diff.fused_into.get(n.key)
+            text = f"fused into {D.shorten(into, 30)}" if into else "removed"
+            lines.append((text, "#a11a1a", 9, True))
+        elif side == "before" and status == "changed":
+            lines.append(("changed", "#8a4b00", 9, True))
+    return lines
+
+
+def _edge_label(dg: DisplayGraph, t: str) -> str:
+    info = dg.tensor_info.get(t)
+    if info is None:
+        return ""
+    dtype, shape = info
+    return D.shorten(f"{shape} {dtype}", 44)
+
+
+@functools.lru_cache(maxsize=1)
+def _legend_families() -> tuple[str, ...]:
+    return tuple(D.FAMILY_FILL)
+
+
+def render_graph(model: onnx.ModelProto, *, diff: GraphDiff | None = None, side: str = "after",
+                 options: RenderOptions | None = None) -> Rendered:
+    """Draw ``model`` as DOT.
+
+    Args:
+        model: the snapshot to draw.
+        diff: a diff whose ``side`` is ``model`` (``diff_models(before, after)``), to colour changes.
+        side: "after" (highlight fused/new/changed) or "before" (highlight removed/changed).
+        options: what to draw (:class:`RenderOptions`).
+
+    Returns:
+        A :class:`Rendered` with the DOT text and what was left out.
+
+    Raises:
+        RenderError: unknown focus node, bad side or rankdir, or changed-only without a diff.
+    """
+    opts = options if options is not None else RenderOptions()
+    if side not in ("before", "after"):
+        raise errors.RenderError(f"side must be 'before' or 'after', not '{D.shorten(D.clean(side), 40)}'.")
+    if opts.rankdir not in ("TB", "LR", "BT", "RL"):
+        raise errors.RenderError("rankdir must be one of TB, LR, BT, RL.")
+    if opts.max_nodes < 1 or opts.hops < 0 or opts.context_hops < 0:
+        raise errors.RenderError("max_nodes must be at least 1 and hops at least 0.")
+    dg = build_display_graph(model, inferred=_inferred(model))
+    status: Mapping[str, str] = {}
+    if diff is not None:
+        status = diff.status_after if side == "after" else diff.status_before
+    total = len(dg.nodes)
+    selected = {n.key for n in dg.nodes}
+    notes: list[str] = []
+    focus_key = None
+    if opts.focus:
+        focus_key = resolve_node(dg, opts.focus)
+        selected = neighbourhood(dg, [focus_key], opts.hops)
+    if opts.changed_only:
+        if diff is None:
+            raise errors.RenderError("'changed only' needs two snapshots to compare (a diff).")
+        seeds = [k for k in selected if status.get(k, "unchanged") != "unchanged"]
+        if not seeds:
+            notes.append("No node changed between the two snapshots.")
+            selected = set()
+        else:
+            selected = neighbourhood(dg, seeds, opts.context_hops, within=selected)
+    sel = select(dg, selected, collapse_enabled=opts.collapse, expanded=opts.expanded,
+                 max_nodes=opts.max_nodes, status=status if diff is not None else None)
+    drawn = len(sel.items)
+    if sel.left_out:
+        what = f"{len(selected):,} nodes" if len(selected) == total else f"{len(selected):,} of {total:,} nodes selected"
+        hint = "expand fewer scopes or focus" if opts.collapse else "collapse or focus"
+        notes.append(f"{what}: showing {drawn:,}; {hint} to see the rest.")
+    dot, node_ids, scope_ids, legend = _write_dot(dg, sel, status if diff is not None else None, diff,
+                                                  side, opts, focus_key, notes)
+    return Rendered(dot=dot, drawn=drawn, total=total, note=" ".join(notes) or None,
+                    node_ids=node_ids, scope_ids=scope_ids, legend=legend, focus=focus_key)
+
+
+# Shape inference is the slowest step on big models; the UI asks for the same snapshot often.
+_INFER_CACHE: list[tuple[int, int, onnx.ModelProto, onnx.ModelProto]] = []
+
+
+def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
+    size = model.ByteSize()
+    for mid, msize, ref, inf in _INFER_CACHE:
+        if mid == id(model) and msize == size and ref is model:
+            return inf
+    inf = infer(model)
+    _INFER_CACHE.insert(0, (id(model), size, model, inf))
+    del _INFER_CACHE[4:]
+    return inf
+
+
+def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: GraphDiff | None,
+               side: str, opts: RenderOptions, focus_key: str | None, notes: list[str]):
+    drawn = len(sel.items)
+    out = D.graph_header(rankdir=opts.rankdir, big=drawn > BIG_LAYOUT)
+    node_ids: dict[str, str] = {}
+    scope_ids: dict[str, str] = {}
+    dot_name: dict[str, str] = {}
+    families: set[str] = set()
+    statuses: set[str] = set()
+    for i, item in enumerate(sel.items):
+        name = f"n{i}"
+        dot_name[item] = name
+        if item.startswith("n:"):
+            n = dg.by_key[item[2:]]
+            st = status.get(n.key, "unchanged") if status is not None else None
+            fam = D.family(n.op, n.domain)
+            fill, border, style, pen = D.FAMILY_FILL[fam], "#7a7a7a", "rounded,filled", "1"
+            if st in D.STATUS_STYLE:
+                fill, border, style = D.STATUS_STYLE[st]
+                pen = "2.5"
+                statuses.add(st)
+            else:
+                families.add(fam)
+            if n.key == focus_key:
+                border, pen = "#1d4ed8", "3.5"
+            eid = D.element_id(D.NODE_ID_PREFIX, n.key)
+            node_ids[eid] = n.key
+            label = D.html_label(_node_lines(n, st, diff, side))
+            out.append(f"  {name} " + D.attrs(id=eid, label=label, fillcolor=fill, color=border,
+                                                style=style, penwidth=pen,
+                                                tooltip=D.shorten(D.clean(n.name or n.key), 300)) + ";")
+        else:
+            box = sel.boxes[item[2:]]
+            eid = D.element_id(D.SCOPE_ID_PREFIX, box.key)
+            scope_ids[eid] = box.key
+            lines: list[tuple[str, str | None, int | None, bool]] = [
+                ("▸ " + D.shorten(box.scope[-1], 36), None, 12, True),
+                (D.shorten(D.clean("/".join(box.scope[:-1])), 40), "#666666", 8, False) if len(box.scope) > 1
+                else ("", None, None, False),
+                (f"{len(box.members):,} nodes", "#333333", 9, False),
+            ]
+            top = ", ".join(f"{op}×{c}" for op, c in box.ops.most_common(3))
+            lines.append((D.shorten(top, 48), "#333333", 9, False))
+            fill, border, pen = "#f2f2f2", "#8a8a8a", "1"
+            changed = {k: v for k, v in box.statuses.items() if k != "unchanged" and v}
+            if changed:
+                lines.append((" · ".join(f"{v} {k}" for k, v in sorted(changed.items())), "#14602c"
+                              if side == "after" else "#a11a1a", 9, True))
+                key = "removed" if "removed" in changed else ("fused" if "fused" in changed or "added" in changed
+                                                              else "changed")
+                border, pen = D.STATUS_STYLE[key][1], "2.5"
+                statuses.add(key)
+            lines = [ln for ln in lines if ln[0]]
+            out.append(f"  {name} " + D.attrs(id=eid, label=D.html_label(lines), shape="box3d",
+                                                style="filled", fillcolor=fill, color=border,
+                                                penwidth=pen, tooltip=D.shorten(D.clean(box.key), 300)) + ";")
+
+    labels_on = opts.show_shapes and drawn <= EDGE_LABEL_MAX
+    edges: dict[tuple[str, str], list[str]] = {}
+    hub_edges: set[tuple[str, str]] = set()
+    terminals: list[str] = []
+    term_name: dict[str, str] = {}
+    stub_of: dict[str, str] = {}
+    shared_stub: list[str] = []
+
+    def terminal(t: str, kind: str) -> str:
+        key = kind + t
+        if key not in term_name:
+            nm = f"{kind}{len(term_name)}"
+            term_name[key] = nm
+            info = dg.tensor_info.get(t)
+            lines = [(D.shorten(t, 36), None, 10, True)]
+            if info:
+                lines.append((D.shorten(f"{info[1]} {info[0]}", 40), "#333333", 9, False))
+            shape = "invhouse" if kind == "i" else "house"
+            fill = "#dbeafe" if kind == "i" else "#e0f2e9"
+            terminals.append(f"  {nm} " + D.attrs(label=D.html_label(lines), shape=shape,
+                                                    style="filled", fillcolor=fill, color="#4b5563")
+                             + ";")
+        return term_name[key]
+
+    def stub(t: str) -> str:
+        if t in stub_of:
+            return stub_of[t]
+        if len(stub_of) >= MAX_STUBS:
+            if not shared_stub:
+                shared_stub.append("xs")
+                terminals.append("  xs " + D.attrs(label="⋯", shape="plaintext", fontcolor="#777777") + ";")
+            return "xs"
+        nm = f"x{len(stub_of)}"
+        stub_of[t] = nm
+        terminals.append(f"  {nm} " + D.attrs(label="⋯ " + D.shorten(D.clean(t), 24), shape="plaintext",
+                                                fontsize="9", fontcolor="#777777") + ";")
+        return nm
+
+    graph_inputs = set(dg.inputs)
+    for item in sel.items:
+        members = [item[2:]] if item.startswith("n:") else sel.boxes[item[2:]].members
+        dst = dot_name[item]
+        for k in members:
+            for t in dg.by_key[k].inputs:
+                p = dg.producer.get(t)
+                if p is not None and p in sel.item_of:
+                    src = dot_name[sel.item_of[p]]
+                elif t in graph_inputs:
+                    src = terminal(t, "i")
+                else:
+                    src = stub(t)
+                if src == dst:
+                    continue
+                lst = edges.setdefault((src, dst), [])
+                if t not in lst:
+                    lst.append(t)
+                if t in dg.hubs:
+                    hub_edges.add((src, dst))
+    drawn_outputs = 0
+    for t in dg.outputs:
+        p = dg.producer.get(t)
+        if p is not None and p in sel.item_of:
+            edges.setdefault((dot_name[sel.item_of[p]], terminal(t, "o")), []).append(t)
+            drawn_outputs += 1
+        elif t in graph_inputs and (dg.consumers.get(t) or drawn == 0):
+            pass
+    out.extend(terminals)
+    for (src, dst), ts in edges.items():
+        kv: dict[str, object] = {}
+        if (src, dst) in hub_edges and len(ts) == 1:
+            kv.update(style="dashed", color="#b5b5b5", constraint="false", arrowsize="0.4")
+        elif labels_on:
+            kv["label"] = _edge_label(dg, ts[0]) if len(ts) == 1 else f"{len(ts)} tensors"
+        elif len(ts) > 1:
+            kv["penwidth"] = "1.6"
+        out.append(f"  {src} -> {dst}" + (" " + D.attrs(**kv) if kv else "") + ";")
+
+    if drawn == 0:
+        msg = notes[0] if notes else "Nothing to draw."
+        out.append("  empty " + D.attrs(label=msg, shape="plaintext", fontsize="12") + ";")
+    legend = _legend(families, statuses, diff is not None)
+    if opts.legend and legend and drawn:
+        out.append("  legend " + D.attrs(label=_legend_label(legend), shape="plaintext",
+                                           style="filled", fillcolor="white", color="white",
+                                           fontsize="9") + ";")
+    out.append("}")
+    return "\n".join(out) + "\n", node_ids, scope_ids, tuple(legend)
+
+
+def _legend(families: set[str], statuses: set[str], with_diff: bool) -> list[tuple[str, str, str]]:
+    entries: list[tuple[str, str, str]] = []
+    if with_diff:
+        for st in ("fused", "removed", "changed"):
+            fill, border, _ = D.STATUS_STYLE[st]
+            entries.append((D.STATUS_TITLE[st], fill, border))
+    for fam in _legend_families():
+        if fam in families:
+            entries.append((D.FAMILY_TITLE[fam], D.FAMILY_FILL[fam], "#7a7a7a"))
+    return entries
+
+
+def _legend_label(entries: list[tuple[str, str, str]]) -> D.HtmlLabel:
+    rows = []
+    for title, fill, border in entries:
+        rows.append(f'<TR><TD BGCOLOR="{D.html_text(fill)}" COLOR="{D.html_text(border)}" BORDER="1" '
+                    f'WIDTH="14" HEIGHT="10"></TD><TD ALIGN="LEFT">{D.html_text(title)}</TD></TR>')
+    return D.HtmlLabel('<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="2" CELLPADDING="2">'
+                       '<TR><TD COLSPAN="2"><B>legend</B></TD></TR>' + "".join(rows) + "</TABLE>")

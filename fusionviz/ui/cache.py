@@ -1,0 +1,150 @@
+"""Cached backend calls, keyed by model sha256 + pass list (+ shapes and view options).
+
+Rules:
+
+1. Models and pipeline results hold protobufs: they are shared, never copied
+   (``st.cache_resource``), and nothing downstream mutates them.
+2. Small derived data (summaries, DOT, SVG, verification, memory plans) is ``st.cache_data``.
+3. The pipeline is cached per *prefix*: the result for passes ``[p1..pk]`` is the result for
+   ``[p1..pk-1]`` plus one run of ``pk`` on its final model. Because the registry fixes the
+   order, toggling a pass re-runs only the passes after it, and toggling the last one runs one
+   pass. Arguments whose name starts with ``_`` are not part of the key; the model's sha256 is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+
+import onnx
+import streamlit as st
+
+from fusionviz import model_io
+from fusionviz.model_io import LoadedModel
+
+logger = logging.getLogger(__name__)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def load_sample(name: str) -> LoadedModel:
+    """A shipped sample model (loaded once per server)."""
+    from fusionviz import samples
+
+    return samples.load_sample(name)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def load_path(path: str) -> LoadedModel:
+    """A model from a path given on the command line."""
+    return model_io.load_path(path)
+
+
+@st.cache_resource(max_entries=8, show_spinner="Reading the model...")
+def load_bytes(data_sha: str, name: str, _data: bytes) -> LoadedModel:
+    """An uploaded model, keyed by the hash of the upload (so a re-upload costs nothing)."""
+    return model_io.load_bytes(_data, name=name)
+
+
+def bytes_sha(data: bytes) -> str:
+    """sha256 of raw bytes (an upload's identity)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+@st.cache_resource(max_entries=96, show_spinner=False)
+def pipeline(sha: str, passes: tuple[str, ...], shapes: tuple, _proto: onnx.ModelProto):
+    """Rule 3: PipelineResult for ``passes`` (canonical order) on the model with hash ``sha``."""
+    from fusionviz.passes.pipeline import PipelineResult, run_pipeline
+
+    if not passes:
+        return run_pipeline(_proto, [], shapes={k: list(v) for k, v in shapes} or None)
+    prev = pipeline(sha, passes[:-1], shapes, _proto)
+    step = run_pipeline(prev.final, [passes[-1]])
+    return PipelineResult(
+        snapshots=prev.snapshots + step.snapshots[1:],
+        reports=prev.reports + step.reports,
+        seconds=prev.seconds + step.seconds,
+    )
+
+
+def run(loaded: LoadedModel, passes: Sequence[str], shapes_key: tuple):
+    """The cached pipeline for ``loaded`` and ``passes``."""
+    return pipeline(loaded.sha256, tuple(passes), shapes_key, loaded.proto)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def summary(sha: str, _proto: onnx.ModelProto):
+    """``fusionviz.summary.summarize`` of a model."""
+    from fusionviz.summary import summarize
+
+    return summarize(_proto)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def model_cost(sha: str, shapes: tuple, _proto: onnx.ModelProto):
+    """FLOPs/MACs of a model (``fusionviz.analysis.model_cost``)."""
+    from fusionviz import analysis
+
+    return analysis.model_cost(_proto, {k: list(v) for k, v in shapes} or None)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def memory_plan(key: tuple, shapes: tuple, _proto: onnx.ModelProto):
+    """Static memory plan of a snapshot; ``key`` is (sha, passes, snapshot index)."""
+    from fusionviz import analysis
+
+    return analysis.memory_plan(_proto, {k: list(v) for k, v in shapes} or None)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def verify(sha: str, passes: tuple[str, ...], shapes: tuple, exact: bool,
+           _original: onnx.ModelProto, _optimized: onnx.ModelProto):
+    """Verification of the pipeline result against its original (ORT, optimizations off)."""
+    from fusionviz.verify import verify as _verify
+
+    return _verify(_original, _optimized, shapes={k: list(v) for k, v in shapes} or None,
+                   report_only=not exact)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def diff(key: tuple, _before: onnx.ModelProto, _after: onnx.ModelProto):
+    """``graphview.diff_models`` for a snapshot pair; ``key`` identifies the pair."""
+    from fusionviz.graphview import diff_models
+
+    return diff_models(_before, _after)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def render(key: tuple, side: str, opts: tuple, _model: onnx.ModelProto, _diff):
+    """``graphview.render_graph`` for one side of a pair; returns the Rendered record."""
+    from fusionviz.graphview import RenderOptions, render_graph
+
+    options = RenderOptions(**dict(opts))
+    return render_graph(_model, diff=_diff, side=side, options=options)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def svg(dot: str) -> str:
+    """Lay out DOT to SVG on the server (pygraphviz), keyed by the DOT text itself."""
+    from fusionviz.graphview import render_svg
+
+    return render_svg(dot)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def node_details(key: tuple, name: str, _model: onnx.ModelProto) -> dict:
+    """``graphview.node_details`` of one node in one snapshot."""
+    from fusionviz.graphview import node_details as _details
+
+    return _details(_model, name)
+
+
+@st.cache_resource(max_entries=8, show_spinner="Running onnxruntime's optimizer for reference...")
+def references(sha: str, shapes: tuple, _proto: onnx.ModelProto):
+    """``fusionviz.passes.reference.reference_models`` of a model (ORT levels, other optimizers)."""
+    from fusionviz.passes import reference
+
+    try:
+        return reference.reference_models(_proto, shapes={k: list(v) for k, v in shapes} or None)
+    except TypeError:
+        return reference.reference_models(_proto)

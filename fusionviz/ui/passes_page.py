@@ -1,0 +1,247 @@
+"""Passes (what-if) page: every pass as a toggle, presets, live deltas, change list, verification."""
+
+from __future__ import annotations
+
+import logging
+
+import streamlit as st
+
+from fusionviz import errors
+from fusionviz.ui import cache, common, state
+
+logger = logging.getLogger(__name__)
+
+CATEGORY_TITLES = {
+    "simplify": "Simplify",
+    "fuse": "Fuse",
+    "layout-memory": "Layout & memory",
+    "precision": "Precision (changes the numbers)",
+}
+
+# "What ORT basic does": onnxruntime's ORT_ENABLE_BASIC level runs constant folding, the
+# eliminations, Conv+BN/Add/Mul fusion, Pad fusion, MatMul+Add, Reshape fusion, CSE and the
+# level-1 GELU/LayerNorm fusions; Conv+activation, attention, SkipLayerNorm, BiasGelu and
+# FusedMatMul are in EXTENDED, NCHWc in LAYOUT.
+_BASIC_KEYS = ("identity", "dropout", "constant", "fold", "cast", "unsqueeze", "expand", "slice",
+               "batchnorm", "bn", "conv_add", "conv_bias", "conv_mul", "pad", "matmul_add", "gemm",
+               "reshape", "cse", "common_subexpression", "dead", "unused", "noop", "no_op",
+               "layernorm_fusion", "gelu_fusion", "transpose", "duplicate")
+_EXTENDED_KEYS = ("activation", "relu", "attention", "skip", "bias_gelu", "fast_gelu", "fused_matmul",
+                  "nchwc", "layout")
+
+
+def _all():
+    from fusionviz.passes import all_passes
+
+    return all_passes()
+
+
+def ort_basic_passes() -> list[str]:
+    """Passes that do what onnxruntime's BASIC level does (by the pass's ``ort_level`` when it
+    declares one, else by name)."""
+    out = []
+    for p in _all():
+        level = getattr(p, "ort_level", None)
+        if level is not None:
+            if str(level) == "basic":
+                out.append(p.name)
+            continue
+        cat = p.category.value
+        if cat in ("layout-memory", "precision"):
+            continue
+        n = p.name.lower()
+        if any(k in n for k in _EXTENDED_KEYS):
+            continue
+        if cat == "simplify" or any(k in n for k in _BASIC_KEYS):
+            out.append(p.name)
+    return out
+
+
+def presets() -> dict[str, tuple[str, list[str]]]:
+    """Preset id -> (label, pass names)."""
+    ps = _all()
+    by_cat = lambda *cats: [p.name for p in ps if p.category.value in cats]  # noqa: E731
+    return {
+        "none": ("None", []),
+        "simplify": ("Simplify only", by_cat("simplify")),
+        "fusions": ("All fusions", by_cat("simplify", "fuse")),
+        "everything": ("Everything (exact)", [p.name for p in ps if p.exact]),
+        "ort_basic": ("What ORT basic does", ort_basic_passes()),
+    }
+
+
+def _apply_preset(pid: str) -> None:
+    label, names = presets()[pid]
+    state.set_passes(names)
+    st.session_state[state.MESSAGE] = f"Preset '{label}': {len(names)} passes selected."
+
+
+def _toggle(name: str) -> None:
+    on = bool(st.session_state[f"pass_{name}"])
+    names = set(state.passes())
+    (names.add if on else names.discard)(name)
+    state.set_passes(sorted(names))
+
+
+def _preset_row() -> None:
+    cols = st.columns(6)
+    for i, (pid, (label, names)) in enumerate(presets().items()):
+        cols[i].button(f"{label} ({len(names)})", key=f"preset_{pid}", on_click=_apply_preset,
+                       args=(pid,), width="stretch")
+    _tune_button(cols[5])
+
+
+def _tune_button(col) -> None:
+    try:
+        from fusionviz import tune  # noqa: F401
+    except ImportError:
+        return
+    if col.button("Auto what-if ⚡", key="tune_btn", width="stretch",
+                  help="Search pass subsets × ORT level for the fastest variant that still verifies."):
+        common.switch("bench")
+
+
+def _toggles() -> None:
+    selected = set(state.passes())
+    groups: dict[str, list] = {}
+    for p in _all():
+        groups.setdefault(p.category.value, []).append(p)
+    for cat, ps in groups.items():
+        on = sum(p.name in selected for p in ps)
+        with st.expander(f"{CATEGORY_TITLES.get(cat, cat)} — {on}/{len(ps)} on", expanded=cat != "precision"):
+            for p in ps:
+                key = f"pass_{p.name}"
+                state.seed(key, p.name in selected)
+                c1, c2 = st.columns([6, 1], vertical_alignment="center")
+                c1.toggle(p.title, key=key, on_change=_toggle, args=(p.name,),
+                          help=None if p.exact else "Changes the numbers: verification reports the error.")
+                with c2.popover("ⓘ", width="stretch"):
+                    st.markdown(f"**{p.title}** · `{p.name}` · {cat}")
+                    st.markdown(p.explain or "_No explanation yet._")
+
+
+def _memory_delta(loaded, result):
+    try:
+        key0 = (*common.pipeline_key(loaded, state.passes()), 0)
+        keyn = (*common.pipeline_key(loaded, state.passes()), len(result.snapshots) - 1)
+        m0 = cache.memory_plan(key0, state.shapes_key(), result.original)
+        m1 = cache.memory_plan(keyn, state.shapes_key(), result.final)
+        return m0, m1
+    except ImportError:
+        return None, None
+    except errors.FusionvizError as exc:
+        st.caption(f"Memory plan not available: {exc}")
+        return None, None
+
+
+def _metrics(loaded, result):
+    """Node and memory deltas; returns the empty slot where verification lands when it is done."""
+    c = st.columns(4)
+    d = result.nodes_after - result.nodes_before
+    c[0].metric("Nodes", f"{result.nodes_after:,}", f"{d:+,} vs {result.nodes_before:,}",
+                delta_color="inverse")
+    m0, m1 = _memory_delta(loaded, result)
+    if m0 is not None and m1 is not None:
+        a0, a1 = m0.sum_intermediate_bytes, m1.sum_intermediate_bytes
+        c[1].metric("Intermediate tensors", common.fmt_bytes(a1),
+                    f"{(a1 - a0) / max(a0, 1):+.0%} ({common.fmt_bytes(a1 - a0)})", delta_color="inverse",
+                    help="Sum of the bytes of every intermediate tensor (static plan).")
+        p0, p1 = m0.peak_bytes_reuse, m1.peak_bytes_reuse
+        c[2].metric("Peak activations (reuse)", common.fmt_bytes(p1),
+                    f"{(p1 - p0) / max(p0, 1):+.0%}", delta_color="inverse",
+                    help="Peak live activation bytes over the execution order with buffer reuse.")
+    else:
+        c[1].metric("Intermediate tensors", "-")
+        c[2].metric("Peak activations (reuse)", "-")
+    slot = c[3].empty()
+    slot.metric("Verification", "…", help="Running in onnxruntime after the graph is drawn.")
+    return slot
+
+
+def _verify(loaded, result, slot) -> None:
+    names = state.passes()
+    if not names:
+        slot.metric("Verification", "—", help="No pass selected: nothing to verify.")
+        return
+    exact = all(p.exact for p in _all() if p.name in names)
+    v = cache.verify(loaded.sha256, tuple(names), state.shapes_key(), exact, result.original, result.final)
+    if v.error:
+        slot.metric("Verification", "not run", help=v.summary())
+    elif v.ok:
+        slot.metric("Verification", "✅ equal", f"max rel {v.max_rel_diff:.1e}", delta_color="off",
+                    help=v.summary())
+    else:
+        slot.metric("Verification", "⚠️ differs" if not exact else "❌ different",
+                    f"max rel {v.max_rel_diff:.1e}", delta_color="off", help=v.summary())
+
+
+def _change_target(ch) -> str | None:
+    return (ch.outputs[0] if ch.outputs else None) or (ch.inputs[0] if ch.inputs else None)
+
+
+def _changes(result) -> None:
+    st.subheader("What each pass did")
+    if not result.reports:
+        st.caption("No pass selected.")
+        return
+    for k, rep in enumerate(result.reports, start=1):
+        n = len(rep.changes)
+        head = (f"{k}. {rep.title} — {n} change{'s' if n != 1 else ''} · nodes {rep.nodes_before} → "
+                f"{rep.nodes_after} · {rep.seconds * 1000:.0f} ms")
+        if rep.error:
+            head += " · ⚠️ skipped"
+        with st.expander(head, expanded=False):
+            if rep.error:
+                st.warning(f"This pass failed and was skipped: {rep.error}")
+            if not n:
+                st.caption("Found nothing to change in this model.")
+            for j, ch in enumerate(rep.changes[:60]):
+                c1, c2 = st.columns([8, 1], vertical_alignment="center")
+                c1.markdown(f"`{ch.kind.value}` {ch.describe().split(': ', 1)[-1]}")
+                target = _change_target(ch)
+                if target and c2.button("🔍", key=f"chg_{k}_{j}", help="Focus the graph on this change"):
+                    st.session_state[state.FOCUS] = target
+                    st.session_state[state.SELECTED] = target
+                    st.session_state[state.COMPARE] = f"step:{k}"
+                    common.switch("graph")
+            if n > 60:
+                st.caption(f"... and {n - 60} more (download the full report on the Benchmark page).")
+
+
+def _graph(loaded, result) -> None:
+    key = (*common.pipeline_key(loaded, state.passes()), "final")
+    diff = cache.diff(key, result.original, result.final)
+    common.legend(getattr(diff, "counts", None))
+    rendered = cache.render(key, "after", common.render_options(focus=None), result.final, diff)
+    st.caption(f"After the selected passes: {rendered.drawn} of {rendered.total} nodes drawn; "
+               "colours compare with the original.")
+    common.show_graph(rendered, key="passes_graph", height=640)
+
+
+def body() -> None:
+    """The Passes page."""
+    loaded = common.require_model()
+    st.title("Passes: what if?")
+    st.caption("Switch passes on and off; they always run in the registry's canonical order. "
+               "The graph, node count and static memory update live.")
+    _preset_row()
+    result = common.current_pipeline()
+    slot = _metrics(loaded, result)
+    left, right = st.columns([2, 3])
+    with left:
+        _toggles()
+    with right, common.guard("drawing the graph"):
+        _graph(loaded, result)
+    with common.guard("listing the changes"):
+        _changes(result)
+    with common.guard("verifying"):
+        _verify(loaded, result, slot)
+
+
+def render() -> None:
+    """Draw the page under the error guard."""
+    common.page("Passes", body)
+
+
+if __name__ == "__main__":
+    render()

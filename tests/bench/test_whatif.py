@@ -1,0 +1,74 @@
+"""What-if variant builders and reading their results back."""
+
+from __future__ import annotations
+
+import onnx.parser
+
+from fusionviz.bench import BenchResult, Settings, compute_stats
+from fusionviz.bench.whatif import (
+    cumulative,
+    cumulative_steps,
+    cumulative_variants,
+    leave_one_out,
+    leave_one_out_table,
+    level_variants,
+)
+
+MODEL = onnx.parser.parse_model("""
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,8] x) => (float[1,8] y) {
+  a = Identity(x)
+  b = Relu(a)
+  c = Dropout(b)
+  y = Sigmoid(c)
+}""")
+PASSES = ["identity_elimination", "dropout_elimination", "fold_batchnorm"]
+
+
+def _node_ops(m):
+    return [n.op_type for n in m.graph.node]
+
+
+def test_cumulative_variants_apply_passes_one_by_one_and_skip_no_ops():
+    w = cumulative(MODEL, PASSES, Settings(level="basic"))
+    assert [v.label for v in w.variants] == ["original", "+identity_elimination", "+dropout_elimination"]
+    assert w.skipped == ("fold_batchnorm",)  # nothing to fold: identical model, not measured
+    assert [v.passes for v in w.variants] == [(), ("identity_elimination",),
+                                              ("identity_elimination", "dropout_elimination")]
+    assert _node_ops(w.variants[1].model) == ["Relu", "Dropout", "Sigmoid"]
+    assert _node_ops(w.variants[2].model) == ["Relu", "Sigmoid"]
+    assert all(v.settings.level == "basic" for v in w.variants)
+    assert len(cumulative_variants(MODEL, PASSES, skip_unchanged=False)) == 4
+
+
+def test_leave_one_out_variants_drop_each_active_pass():
+    w = leave_one_out(MODEL, PASSES)
+    assert [v.label for v in w.variants] == ["all passes", "-identity_elimination", "-dropout_elimination"]
+    assert _node_ops(w.variants[0].model) == ["Relu", "Sigmoid"]
+    assert _node_ops(w.variants[1].model) == ["Identity", "Relu", "Sigmoid"]
+    assert _node_ops(w.variants[2].model) == ["Relu", "Dropout", "Sigmoid"]
+
+
+def test_level_variants():
+    vs = level_variants(MODEL, ("off", "all"))
+    assert [(v.label, v.settings.level) for v in vs] == [("original @off", "off"), ("original @all", "all")]
+
+
+def _res(label, ms, static):
+    return BenchResult(label, (), Settings(), compute_stats([ms] * 5),
+                       {"static_sum_intermediate_bytes": static, "static_peak_reuse_bytes": static // 2,
+                        "rss_run_mb": 10.0})
+
+
+def test_cumulative_steps_give_incremental_deltas():
+    steps = cumulative_steps([_res("original", 10.0, 1000), _res("+a", 8.0, 600), _res("+b", 8.0, 600)])
+    assert steps[0]["delta_ms"] is None
+    assert steps[1]["delta_ms"] == -2.0 and steps[1]["delta_pct"] == -20.0
+    assert steps[1]["delta_static_sum_bytes"] == -400 and steps[1]["delta_static_peak_bytes"] == -200
+    assert steps[2]["delta_ms"] == 0.0 and steps[2]["delta_rss_mb"] == 0.0
+
+
+def test_leave_one_out_table_contributions():
+    rows = leave_one_out_table([_res("all passes", 8.0, 600), _res("-a", 10.0, 1000)])
+    assert rows == [{"pass": "a", "label": "-a", "median_ms": 10.0, "contribution_ms": 2.0,
+                     "contribution_pct": 25.0, "static_sum_bytes_saved": 400, "error": None}]
