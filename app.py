@@ -7,14 +7,14 @@ import streamlit as st
 
 from fusionviz.ui import state
 
-st.set_page_config(page_title="fusionviz", page_icon="🔗", layout="wide")
+st.set_page_config(page_title="fusionviz", page_icon=":material/hub:", layout="wide")
 state.init()
 
 pages = [
-    st.Page("fusionviz/ui/model_page.py", title="Model", icon="📦", url_path="model"),
-    st.Page("fusionviz/ui/graph_page.py", title="Graph", icon="🕸️", url_path="graph", default=True),
-    st.Page("fusionviz/ui/passes_page.py", title="Passes (what-if)", icon="🧩", url_path="passes"),
-    st.Page("fusionviz/ui/bench_page.py", title="Benchmark", icon="⏱️", url_path="bench"),
-    st.Page("fusionviz/ui/learn_page.py", title="Learn", icon="🎓", url_path="learn"),
+    st.Page("fusionviz/ui/model_page.py", title="Model", icon=":material/upload_file:", url_path="model"),
+    st.Page("fusionviz/ui/graph_page.py", title="Graph", icon=":material/account_tree:", url_path="graph", default=True),
+    st.Page("fusionviz/ui/passes_page.py", title="Passes (what-if)", icon=":material/tune:", url_path="passes"),
+    st.Page("fusionviz/ui/bench_page.py", title="Benchmark", icon=":material/speed:", url_path="bench"),
+    st.Page("fusionviz/ui/learn_page.py", title="Learn", icon=":material/school:", url_path="learn"),
 ]
 st.navigation(pages).run()

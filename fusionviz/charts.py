@@ -193,7 +193,7 @@ def lifetime_gantt(plan: Any, *, max_tensors: int = 300,
     fig.add_trace(go.Bar(y=names, x=spans, base=[s - 0.5 for s in starts], orientation="h",
                          marker={"color": mbs, "colorscale": "Viridis", "showscale": True,
                                  "colorbar": {"title": "MB", "len": 0.7, "y": 0.35}},
-                         customdata=[[m, _get(t, "op_type", "")] for m, t in zip(mbs, shown)],
+                         customdata=[[m, _get(t, "op_type", "")] for m, t in zip(mbs, shown, strict=False)],
                          hovertemplate="%{y}<br>%{customdata[1]}, %{customdata[0]:.3f} MB<br>"
                                        "steps %{base:.0f}+%{x}<extra></extra>",
                          name="lifetimes"), row=2, col=1)

@@ -3,18 +3,27 @@
 Rules (numbered; the code points back to them):
 
 1. Loading never executes anything: bytes are parsed as a protobuf, checked, and nothing else.
+   Nothing is written except into a temp dir this module creates and deletes (zip extraction).
 2. Size limits are enforced before parsing (``Limits.max_model_bytes``) and for archives before
-   extraction (``max_archive_bytes``, ``max_archive_ratio`` against zip bombs).
+   extraction (``max_archive_bytes``, ``max_archive_ratio`` against zip bombs), and again while
+   extracting (a header may lie about the expanded size).
 3. External data ``location`` must be a relative path that resolves, after following symlinks,
    inside the model's folder. Absolute paths, ``..`` and symlinks out are refused *before* any
    byte is read. Offsets/lengths past the end of the file are refused.
-4. Zip members that would land outside the extraction folder are refused; extraction goes to a
-   temp dir this module owns and deletes.
+4. Zip members that would land outside the extraction folder (absolute, ``..``, drive letters)
+   and symlink members are refused before anything is extracted.
 5. IR version and opsets must be within what the installed onnx supports.
-6. The ONNX checker must pass; its complaint is reduced to one sentence naming the node.
+6. Every tensor (initializers, Constant values, subgraphs, functions) must hold exactly the data
+   its dims declare: a tensor claiming 2**40 elements with 4 bytes of data is refused, so no
+   later step allocates what the file only pretends to hold.
+7. The ONNX checker must pass; its complaint is reduced to one sentence naming the node.
 
-A content hash (sha256 over the serialized model with external data inlined) identifies a model
-for caching.
+Every model walk here is iterative (explicit stack), so deeply nested If/Loop subgraphs cannot
+cause a RecursionError; protobuf itself refuses messages nested deeper than 100 levels, which is
+reported as such.
+
+A content hash (sha256 over the deterministic serialization, external data inlined) identifies a
+model for caching.
 """
 
 from __future__ import annotations
@@ -29,12 +38,11 @@ import shutil
 import stat
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import external_data_helper
 
 from fusionviz import errors
 
@@ -43,12 +51,21 @@ logger = logging.getLogger(__name__)
 MIN_IR_VERSION = 3
 MIN_OPSET = 7
 
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
+_ONNX_DOMAINS = ("", "ai.onnx")
+
+
+def _env_number(name: str, default: float, scale: int = 1) -> int:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        logger.warning("ignoring %s=%r: not a number", name, os.environ.get(name))
+        value = default
+    return max(0, int(value * scale))
+
 
 def _env_mb(name: str, default: float) -> int:
-    try:
-        return int(float(os.environ.get(name, default)) * 1024 * 1024)
-    except ValueError:
-        return int(default * 1024 * 1024)
+    return _env_number(name, default, 1024 * 1024)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,8 +75,10 @@ class Limits:
     Attributes:
         max_model_bytes: largest model file or upload, external data included
             [FUSIONVIZ_MAX_MODEL_MB, default 500].
-        max_archive_bytes: largest total uncompressed size of a zip [FUSIONVIZ_MAX_ARCHIVE_MB, 1000].
-        max_archive_ratio: largest uncompressed/compressed ratio of a zip member (zip bombs).
+        max_archive_bytes: largest zip, and largest total uncompressed size of its members
+            [FUSIONVIZ_MAX_ARCHIVE_MB, 1000].
+        max_archive_ratio: largest uncompressed/compressed ratio of a zip member above 1 MB
+            (zip bombs).
         max_archive_members: most members in a zip.
         max_nodes: most nodes (subgraphs included) a model may have [FUSIONVIZ_MAX_NODES, 200000].
     """
@@ -73,13 +92,21 @@ class Limits:
     max_archive_ratio: float = 200.0
     max_archive_members: int = 10_000
     max_nodes: int = dataclasses.field(
-        default_factory=lambda: int(os.environ.get("FUSIONVIZ_MAX_NODES", "200000"))
+        default_factory=lambda: _env_number("FUSIONVIZ_MAX_NODES", 200_000)
     )
 
 
 @dataclasses.dataclass(frozen=True)
 class LoadedModel:
-    """A checked model, external data inlined, with its content hash."""
+    """A checked model, external data inlined, with its content hash.
+
+    Attributes:
+        proto: the model; its external data (if any) is inlined.
+        name: file name for display (no folders).
+        sha256: content hash of ``proto`` (see :func:`model_hash`).
+        size_bytes: bytes read: the model file plus its external data.
+        source: where it came from: a path, ``upload`` or ``zip:<name>``.
+    """
 
     proto: onnx.ModelProto
     name: str
@@ -89,93 +116,242 @@ class LoadedModel:
 
     @property
     def short_hash(self) -> str:
+        """The first 12 hex digits of :attr:`sha256`."""
         return self.sha256[:12]
 
 
 def model_hash(model: onnx.ModelProto) -> str:
-    """Content hash of a model (deterministic serialization)."""
+    """Content hash of a model.
+
+    Args:
+        model: the model (external data should be inlined, as :func:`load_path` does).
+
+    Returns:
+        sha256 hex digest of the deterministic serialization: equal models (same fields, any
+        source) give equal hashes; any change in graph, weights or metadata changes it.
+    """
     return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
 
 
 # --------------------------------------------------------------------------- public entry points
 
 
-def load_path(path: str | os.PathLike, *, limits: Limits | None = None, check: bool = True) -> LoadedModel:
-    """Load a model from an ``.onnx`` file, a folder holding one, or a ``.zip``."""
+def load_path(path: str | os.PathLike, *, limits: Limits | None = None,
+              check: bool = True) -> LoadedModel:
+    """Load a model from an ``.onnx`` file, a folder holding one, or a ``.zip``.
+
+    Args:
+        path: a model file (external data next to it is read safely), a folder holding exactly
+            one model (or one at its top level), or a zip archive of such a folder.
+        limits: size/node limits; defaults from the environment (see :class:`Limits`).
+        check: run the ONNX checker (rule 7). Rules 1-6 always apply.
+
+    Returns:
+        The checked model with external data inlined.
+
+    Raises:
+        errors.ModelLoadError: (a subclass) with one sentence saying what is wrong.
+    """
     limits = limits or Limits()
     p = Path(path)
-    if not p.exists():
-        raise errors.ModelLoadError(f"No such file or folder: {_short(str(p))}.")
-    if p.is_dir():
-        model_file = _find_single_model(p)
-        return _load_file(model_file, limits=limits, check=check, display=p.name)
-    if zipfile.is_zipfile(p):
-        if p.stat().st_size > limits.max_archive_bytes:
+    try:
+        exists, is_dir = p.exists(), p.is_dir()
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise errors.ModelLoadError(f"Cannot open '{_short(str(p))}': {exc.strerror}.") from None
+    if not exists:
+        raise errors.ModelLoadError(f"No such file or folder: '{_short(str(p))}'.")
+    if is_dir:
+        model_file = _find_single_model(p, display=p.name)
+        return _load_file(model_file, limits=limits, check=check, display=model_file.name)
+    if _looks_like_zip_file(p):
+        size = p.stat().st_size
+        if size > limits.max_archive_bytes:
             raise errors.ModelTooLargeError(
-                f"Archive is {_mb(p.stat().st_size)}, over the {_mb(limits.max_archive_bytes)} limit."
+                f"Archive '{_short(p.name)}' is {_size(size)}, over the "
+                f"{_size(limits.max_archive_bytes)} limit."
             )
-        with open(p, "rb") as f:
-            return _load_zip(f.read(), name=p.name, limits=limits, check=check)
+        return _load_zip(p.read_bytes(), name=p.name, limits=limits, check=check)
     return _load_file(p, limits=limits, check=check, display=p.name)
 
 
 def load_bytes(data: bytes, *, name: str = "upload.onnx", limits: Limits | None = None,
                check: bool = True) -> LoadedModel:
-    """Load a model from uploaded bytes: a serialized ModelProto or a zip holding one."""
+    """Load a model from uploaded bytes: a serialized ModelProto or a zip holding one.
+
+    Args:
+        data: the uploaded bytes.
+        name: the upload's file name, for messages only (never used as a path).
+        limits: size/node limits; defaults from the environment.
+        check: run the ONNX checker.
+
+    Returns:
+        The checked model.
+
+    Raises:
+        errors.ModelLoadError: (a subclass) with one sentence saying what is wrong. A bare
+            model that refers to external data is refused: upload a zip of its folder instead.
+    """
     limits = limits or Limits()
+    data = bytes(data)
     if not data:
         raise errors.EmptyModelError(f"'{_short(name)}' is empty (0 bytes).")
-    if data[:4] == b"PK\x03\x04":
+    if data[:4] in _ZIP_MAGIC:
+        if len(data) > limits.max_archive_bytes:
+            raise errors.ModelTooLargeError(
+                f"Archive '{_short(name)}' is {_size(len(data))}, over the "
+                f"{_size(limits.max_archive_bytes)} limit."
+            )
         return _load_zip(data, name=name, limits=limits, check=check)
     if len(data) > limits.max_model_bytes:
         raise errors.ModelTooLargeError(
-            f"'{_short(name)}' is {_mb(len(data))}, over the {_mb(limits.max_model_bytes)} limit."
+            f"'{_short(name)}' is {_size(len(data))}, over the {_size(limits.max_model_bytes)} limit."
         )
     model = _parse(data, name)
     if _uses_external_data(model):
         raise errors.ExternalDataError(
-            f"'{_short(name)}' stores weights in external files; upload a .zip of the model's folder instead."
+            f"'{_short(name)}' stores weights in external files; upload a .zip of the model's "
+            "folder instead."
         )
     return _finish(model, name=name, size=len(data), source="upload", limits=limits, check=check)
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
-    """Save a model; weights go to an external file only when the proto would exceed 2 GB."""
+    """Save a model; weights go to an external file only when the proto would exceed 2 GB.
+
+    Args:
+        model: the model to write.
+        path: destination ``.onnx`` path (folders are created).
+
+    Returns:
+        The path written.
+
+    Raises:
+        errors.InputSpecError: the destination cannot be written.
+    """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    if model.ByteSize() > 1_800_000_000:
-        onnx.save_model(model, str(p), save_as_external_data=True, location=p.name + ".data")
-    else:
-        p.write_bytes(model.SerializeToString())
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if model.ByteSize() > 1_800_000_000:
+            onnx.save_model(model, str(p), save_as_external_data=True, location=p.name + ".data")
+        else:
+            p.write_bytes(model.SerializeToString())
+    except OSError as exc:
+        raise errors.InputSpecError(f"Cannot write '{_short(str(p))}': {exc.strerror}.") from None
     return p
+
+
+def iter_graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:
+    """Every graph of a model: the main graph, all nested subgraphs, and function bodies' subgraphs.
+
+    Iterative (no recursion), so any nesting depth is safe.
+    """
+    stack: list[onnx.GraphProto] = [model.graph]
+    node_lists = [f.node for f in model.functions]
+    while stack or node_lists:
+        if stack:
+            g = stack.pop()
+            yield g
+            nodes = g.node
+        else:
+            nodes = node_lists.pop()
+        for node in nodes:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH or attr.HasField("g"):
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+
+
+def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto of a model (initializers, sparse parts, attribute tensors), iteratively."""
+    node_lists = [f.node for f in model.functions]
+    for g in iter_graphs(model):
+        yield from g.initializer
+        for sp in g.sparse_initializer:
+            yield sp.values
+            yield sp.indices
+        node_lists.append(g.node)
+    for nodes in node_lists:
+        for node in nodes:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+                if attr.HasField("sparse_tensor"):
+                    yield attr.sparse_tensor.values
+                    yield attr.sparse_tensor.indices
+                for sp in attr.sparse_tensors:
+                    yield sp.values
+                    yield sp.indices
+
+
+def count_nodes(model: onnx.ModelProto) -> int:
+    """Number of nodes in all graphs (subgraphs and function bodies' subgraphs included)."""
+    return sum(len(g.node) for g in iter_graphs(model))
 
 
 # --------------------------------------------------------------------------- internals
 
 
 def _short(text: str, n: int = 120) -> str:
-    text = " ".join(str(text).split())
+    text = errors.printable(" ".join(str(text).split()))
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def _mb(n: int) -> str:
+def _size(n: int) -> str:
+    if n < 10 * 1024:
+        return f"{n} bytes"
+    if n < 10 * 1024 * 1024:
+        return f"{n / 1024:.1f} KB"
     return f"{n / 1024 / 1024:.1f} MB"
 
 
-def _find_single_model(folder: Path) -> Path:
+def _looks_like_zip_file(p: Path) -> bool:
+    if p.suffix.lower() == ".zip":
+        return True
+    try:
+        with open(p, "rb") as f:
+            return f.read(4) in _ZIP_MAGIC
+    except OSError:
+        return False
+
+
+def _find_single_model(folder: Path, *, display: str) -> Path:
     candidates = sorted(q for q in folder.rglob("*.onnx") if q.is_file())
     if not candidates:
-        raise errors.ModelLoadError(f"Folder '{_short(folder.name)}' holds no .onnx file.")
+        raise errors.ModelLoadError(f"'{_short(display)}' holds no .onnx file.")
     if len(candidates) > 1:
         # Prefer a model at the top level when exactly one is there.
         top = [q for q in candidates if q.parent == folder]
         if len(top) == 1:
             return top[0]
-        names = ", ".join(q.name for q in candidates[:5])
+        names = ", ".join(_short(q.name, 40) for q in candidates[:5])
         raise errors.ModelLoadError(
-            f"Folder '{_short(folder.name)}' holds {len(candidates)} .onnx files ({names}); choose one."
+            f"'{_short(display)}' holds {len(candidates)} .onnx files ({names}); choose one."
         )
     return candidates[0]
+
+
+def _not_a_model_hint(data: bytes) -> str:
+    """Why bytes that are not a ModelProto are not one, in a few words."""
+    head = data[:4096]
+    if head and sum(32 <= b < 127 or b in (9, 10, 13) for b in head) / len(head) > 0.95:
+        return "it looks like a text file"
+    for cls, what in ((onnx.GraphProto, "GraphProto"), (onnx.NodeProto, "NodeProto"),
+                      (onnx.TensorProto, "TensorProto")):
+        msg = cls()
+        try:
+            msg.ParseFromString(data)
+        except Exception:  # noqa: BLE001 - only a hint
+            continue
+        if cls is onnx.GraphProto and msg.node and all(
+                re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n.op_type) for n in msg.node):
+            return f"it holds an ONNX {what}, not a ModelProto"
+        if cls is onnx.NodeProto and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", msg.op_type) and (
+                msg.input or msg.output):
+            return f"it holds an ONNX {what}, not a ModelProto"
+        if cls is onnx.TensorProto and 0 < msg.data_type <= 26 and (msg.dims or msg.raw_data):
+            return f"it holds an ONNX {what}, not a ModelProto"
+    return "its bytes are not a serialized ModelProto"
 
 
 def _parse(data: bytes, name: str) -> onnx.ModelProto:
@@ -184,38 +360,46 @@ def _parse(data: bytes, name: str) -> onnx.ModelProto:
     try:
         model.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
+        text = str(exc)
+        if "depth" in text.lower() or "recursion" in text.lower():
+            raise errors.NotOnnxError(
+                f"'{_short(name)}' cannot be read: its subgraphs (If/Loop/Scan bodies) are nested "
+                "deeper than protobuf allows (100 levels)."
+            ) from None
         raise errors.NotOnnxError(
-            f"'{_short(name)}' is not an ONNX model (not a valid protobuf: {_short(str(exc), 80)})."
+            f"'{_short(name)}' is not an ONNX model: {_not_a_model_hint(data)}."
         ) from None
     # Random bytes, text files and other messages sometimes parse: require the fields a model has.
     if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
         raise errors.NotOnnxError(
-            f"'{_short(name)}' is not an ONNX model (the protobuf has no ir_version, graph or opset_import)."
+            f"'{_short(name)}' is not an ONNX model: {_not_a_model_hint(data)} "
+            "(no ir_version, graph or opset_import)."
         )
     return model
 
 
 def _uses_external_data(model: onnx.ModelProto) -> bool:
-    return any(
-        t.data_location == onnx.TensorProto.EXTERNAL
-        for t in external_data_helper._get_all_tensors(model)
-    )
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in iter_tensors(model))
 
 
 def _load_file(path: Path, *, limits: Limits, check: bool, display: str) -> LoadedModel:
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except OSError as exc:
         raise errors.ModelLoadError(f"Cannot read '{_short(display)}': {exc.strerror}.") from None
-    if not stat.S_ISREG(path.stat().st_mode):
+    if not stat.S_ISREG(st.st_mode):
         raise errors.ModelLoadError(f"'{_short(display)}' is not a regular file.")
+    size = st.st_size
     if size == 0:
         raise errors.EmptyModelError(f"'{_short(display)}' is empty (0 bytes).")
     if size > limits.max_model_bytes:
         raise errors.ModelTooLargeError(
-            f"'{_short(display)}' is {_mb(size)}, over the {_mb(limits.max_model_bytes)} limit."
+            f"'{_short(display)}' is {_size(size)}, over the {_size(limits.max_model_bytes)} limit."
         )
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise errors.ModelLoadError(f"Cannot read '{_short(display)}': {exc.strerror}.") from None
     model = _parse(data, display)
     ext_bytes = 0
     if _uses_external_data(model):
@@ -224,114 +408,303 @@ def _load_file(path: Path, *, limits: Limits, check: bool, display: str) -> Load
                    check=check)
 
 
+def _is_absolute(location: str) -> bool:
+    return (os.path.isabs(location) or location.startswith(("/", "\\"))
+            or re.match(r"^[A-Za-z]:", location) is not None)
+
+
 def _load_external(model: onnx.ModelProto, base: Path, *, limits: Limits, current: int) -> int:
     """Rule 3: validate every external location, then read the bytes ourselves."""
     total = current
-    for tensor in external_data_helper._get_all_tensors(model):
+    for tensor in iter_tensors(model):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
         tname = _short(tensor.name, 60)
+        loc = _short(location, 60)
         if not location:
             raise errors.ExternalDataError(f"Tensor '{tname}' has external data with no location.")
-        if os.path.isabs(location) or location.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", location):
+        if "\x00" in location:
+            raise errors.UnsafePathError(f"Tensor '{tname}' has a malformed external location; refused.")
+        if _is_absolute(location):
             raise errors.UnsafePathError(
-                f"Tensor '{tname}' points to an absolute path '{_short(location, 60)}'; refused."
+                f"Tensor '{tname}' points to an absolute path '{loc}'; refused, not read."
             )
-        parts = Path(location.replace("\\", "/")).parts
-        if ".." in parts:
+        if ".." in Path(location.replace("\\", "/")).parts:
             raise errors.UnsafePathError(
-                f"Tensor '{tname}' points outside the model folder ('{_short(location, 60)}'); refused."
+                f"Tensor '{tname}' points outside the model folder ('{loc}'); refused, not read."
             )
-        target = (base / location).resolve()
+        try:
+            target = (base / location).resolve()
+        except (OSError, RuntimeError):  # symlink loop
+            raise errors.UnsafePathError(
+                f"Tensor '{tname}' external file '{loc}' cannot be resolved (symlink loop?); refused."
+            ) from None
         if base != target and base not in target.parents:
             raise errors.UnsafePathError(
-                f"Tensor '{tname}' external file '{_short(location, 60)}' resolves outside the model folder (symlink?); refused."
+                f"Tensor '{tname}' external file '{loc}' resolves outside the model folder "
+                "(symlink?); refused, not read."
+            )
+        if not target.exists():
+            raise errors.ExternalDataError(
+                f"Tensor '{tname}' needs external file '{loc}', which is missing."
             )
         if not target.is_file():
             raise errors.ExternalDataError(
-                f"Tensor '{tname}' needs external file '{_short(location, 60)}', which is missing."
+                f"Tensor '{tname}' external data '{loc}' is not a regular file; refused."
             )
         fsize = target.stat().st_size
         try:
-            offset = int(info.get("offset", 0) or 0)
+            offset = int(info.get("offset") or 0)
             length = int(info["length"]) if info.get("length") else fsize - offset
         except ValueError:
-            raise errors.ExternalDataError(f"Tensor '{tname}' has a non-numeric offset/length.") from None
+            raise errors.ExternalDataError(
+                f"Tensor '{tname}' has a non-numeric external offset/length."
+            ) from None
         if offset < 0 or length < 0 or offset + length > fsize:
             raise errors.ExternalDataError(
-                f"Tensor '{tname}' reads bytes {offset}..{offset + length} of '{_short(location, 60)}', "
-                f"which has only {fsize}."
+                f"Tensor '{tname}' reads bytes {offset}..{offset + length} of '{loc}', which has "
+                f"only {fsize} (past the end of the file)."
             )
         total += length
         if total > limits.max_model_bytes:
             raise errors.ModelTooLargeError(
-                f"Model with external data exceeds the {_mb(limits.max_model_bytes)} limit."
+                f"The model with its external data exceeds the {_size(limits.max_model_bytes)} limit."
             )
-        with open(target, "rb") as f:
-            f.seek(offset)
-            tensor.raw_data = f.read(length)
+        try:
+            with open(target, "rb") as f:
+                f.seek(offset)
+                raw = f.read(length)
+        except OSError as exc:
+            raise errors.ExternalDataError(f"Cannot read '{loc}': {exc.strerror}.") from None
+        if len(raw) != length:
+            raise errors.ExternalDataError(f"External file '{loc}' changed while it was read.")
+        tensor.raw_data = raw
         del tensor.external_data[:]
         tensor.data_location = onnx.TensorProto.DEFAULT
     return total - current
 
 
-def _safe_members(zf: zipfile.ZipFile, limits: Limits) -> Iterable[zipfile.ZipInfo]:
+def _unsafe_member_name(name: str) -> bool:
+    norm = name.replace("\\", "/")
+    return (norm.startswith("/") or re.match(r"^[A-Za-z]:", norm) is not None
+            or ".." in Path(norm).parts or "\x00" in name)
+
+
+def _check_members(zf: zipfile.ZipFile, limits: Limits, archive: str) -> list[zipfile.ZipInfo]:
+    """Rules 2 and 4, on the central directory, before a byte is extracted."""
     infos = zf.infolist()
     if len(infos) > limits.max_archive_members:
-        raise errors.ModelTooLargeError(f"Archive has {len(infos)} entries, over the limit.")
+        raise errors.ModelTooLargeError(
+            f"Archive '{archive}' has {len(infos)} entries, over the limit of "
+            f"{limits.max_archive_members}."
+        )
     total = 0
     for info in infos:
         name = info.filename
-        # Rule 4: no absolute names, no '..', no symlink entries.
-        if name.startswith(("/", "\\")) or ".." in Path(name.replace("\\", "/")).parts or re.match(r"^[A-Za-z]:", name):
-            raise errors.UnsafePathError(f"Archive entry '{_short(name, 60)}' escapes the archive folder; refused.")
+        if _unsafe_member_name(name):
+            raise errors.UnsafePathError(
+                f"Archive entry '{_short(name, 60)}' escapes the archive folder; refused."
+            )
         if stat.S_ISLNK(info.external_attr >> 16):
             raise errors.UnsafePathError(f"Archive entry '{_short(name, 60)}' is a symlink; refused.")
         total += info.file_size
         if total > limits.max_archive_bytes:
             raise errors.ModelTooLargeError(
-                f"Archive expands to more than {_mb(limits.max_archive_bytes)}; refused (zip bomb?)."
+                f"Archive '{archive}' expands to more than {_size(limits.max_archive_bytes)}, over "
+                "the limit; refused (zip bomb?)."
             )
-        if info.compress_size and info.file_size / max(info.compress_size, 1) > limits.max_archive_ratio and info.file_size > 1_000_000:
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > 1_000_000 and ratio > limits.max_archive_ratio:
             raise errors.ModelTooLargeError(
-                f"Archive entry '{_short(name, 60)}' compresses {info.file_size // max(info.compress_size, 1)}:1; refused (zip bomb?)."
+                f"Archive entry '{_short(name, 60)}' compresses {ratio:.0f}:1, over the "
+                f"{limits.max_archive_ratio:.0f}:1 limit; refused (zip bomb?)."
             )
-        yield info
+    return infos
 
 
 def _load_zip(data: bytes, *, name: str, limits: Limits, check: bool) -> LoadedModel:
+    archive = _short(name)
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile:
-        raise errors.NotOnnxError(f"'{_short(name)}' looks like a zip but cannot be opened.") from None
-    tmp = Path(tempfile.mkdtemp(prefix="fusionviz_zip_"))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError):
+        raise errors.ArchiveError(f"'{archive}' looks like a zip archive but cannot be opened.") from None
+    tmp = Path(tempfile.mkdtemp(prefix="fusionviz_zip_")).resolve()
     try:
         with zf:
-            for info in list(_safe_members(zf, limits)):
+            infos = _check_members(zf, limits, archive)
+            written_total = 0
+            for info in infos:
                 if info.is_dir():
                     continue
                 dest = (tmp / info.filename).resolve()
-                if tmp.resolve() not in dest.parents:
-                    raise errors.UnsafePathError(f"Archive entry '{_short(info.filename, 60)}' escapes; refused.")
+                if tmp not in dest.parents:  # belt and braces for rule 4
+                    raise errors.UnsafePathError(
+                        f"Archive entry '{_short(info.filename, 60)}' escapes the archive folder; refused."
+                    )
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                written = 0
                 with zf.open(info) as src, open(dest, "wb") as out:
+                    written = 0
                     while chunk := src.read(1 << 20):
                         written += len(chunk)
-                        if written > limits.max_archive_bytes:
-                            raise errors.ModelTooLargeError("Archive expands past the size limit; refused.")
+                        written_total += len(chunk)
+                        # Rule 2 again: headers can lie about sizes.
+                        if written > info.file_size or written_total > limits.max_archive_bytes:
+                            raise errors.ModelTooLargeError(
+                                f"Archive entry '{_short(info.filename, 60)}' expands past its "
+                                "declared size; refused (zip bomb?)."
+                            )
                         out.write(chunk)
-        model_file = _find_single_model(tmp)
+        model_file = _find_single_model(tmp, display=name)
         loaded = _load_file(model_file, limits=limits, check=check, display=model_file.name)
         return dataclasses.replace(loaded, source=f"zip:{name}")
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise errors.NotOnnxError(f"'{_short(name)}' is a broken zip archive ({_short(str(exc), 80)}).") from None
+    except errors.FusionvizError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+            NotImplementedError, RuntimeError) as exc:
+        # e.g. bad CRC, unsupported compression, encrypted member, disk full
+        raise errors.ArchiveError(
+            f"'{archive}' is a broken or unsupported zip archive ({_short(str(exc), 80)})."
+        ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _check_versions(model: onnx.ModelProto, name: str) -> None:
+    # Rule 5.
+    if not MIN_IR_VERSION <= model.ir_version <= onnx.IR_VERSION:
+        raise errors.UnsupportedVersionError(
+            f"'{_short(name)}' has IR version {model.ir_version}; supported are "
+            f"{MIN_IR_VERSION}..{onnx.IR_VERSION}."
+        )
+    max_opset = onnx.defs.onnx_opset_version()
+    max_ml = max((v for d, v in onnx.helper.OP_SET_ID_VERSION_MAP if d == "ai.onnx.ml"), default=5)
+    for imp in model.opset_import:
+        if imp.domain in _ONNX_DOMAINS:
+            if not MIN_OPSET <= imp.version <= max_opset:
+                raise errors.UnsupportedVersionError(
+                    f"'{_short(name)}' uses ONNX opset {imp.version}; supported are "
+                    f"{MIN_OPSET}..{max_opset}."
+                )
+        elif imp.domain == "ai.onnx.ml":
+            if not 1 <= imp.version <= max_ml:
+                raise errors.UnsupportedVersionError(
+                    f"'{_short(name)}' uses ai.onnx.ml opset {imp.version}; supported are 1..{max_ml}."
+                )
+        elif imp.version < 0 or imp.version > 10_000:
+            raise errors.UnsupportedVersionError(
+                f"'{_short(name)}' imports domain '{_short(imp.domain, 40)}' at an invalid "
+                f"version {imp.version}."
+            )
+
+
+def _raw_bits(dtype: int) -> int | None:
+    """Bits per element in raw_data; None when not fixed (strings, unknown types).
+
+    Sub-byte types (INT4, UINT4, FLOAT4E2M1, FLOAT6E2M3, INT2, ...) are packed.
+    """
+    if dtype in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return None
+    try:
+        np_dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+        name = onnx.TensorProto.DataType.Name(dtype)
+    except (KeyError, ValueError, TypeError):
+        return None
+    m = re.fullmatch(r"U?INT(\d)|FLOAT(\d)E\dM\d", name)
+    if m and int(m.group(1) or m.group(2)) < 8:
+        return int(m.group(1) or m.group(2))
+    return 8 * np_dtype.itemsize
+
+
+def _typed_count(t: onnx.TensorProto) -> int:
+    """Elements held in the typed repeated fields (complex types hold two numbers each)."""
+    n = (len(t.float_data) + len(t.int32_data) + len(t.string_data) + len(t.int64_data)
+         + len(t.double_data) + len(t.uint64_data))
+    if t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128):
+        n //= 2
+    return n
+
+
+def _check_tensor_data(model: onnx.ModelProto, name: str) -> None:
+    """Rule 6: declared dims must match the data held (no 2**40-element tensors from 4 bytes)."""
+    for t in iter_tensors(model):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        dims = list(t.dims)
+        tname = _short(t.name or "(unnamed)", 60)
+        if any(d < 0 for d in dims):
+            raise errors.TensorDataError(
+                f"'{_short(name)}': tensor '{tname}' declares a negative dimension {dims[:8]}."
+            )
+        numel = 1
+        for d in dims:
+            numel *= d  # python int: no overflow
+        raw = len(t.raw_data)
+        typed = _typed_count(t)
+        if t.data_type == onnx.TensorProto.UNDEFINED or (raw == 0 and typed == 0 and numel <= 1):
+            continue  # nothing claimed beyond what an empty/scalar placeholder needs
+        bits = _raw_bits(t.data_type)
+        if raw:
+            if bits is None:
+                continue
+            needed = -(-numel * bits // 8)  # ceil: packed sub-byte types
+            if raw != needed:
+                raise errors.TensorDataError(
+                    f"'{_short(name)}': tensor '{tname}' declares {numel:,} elements "
+                    f"(dims {dims[:8]}, {needed:,} bytes) but holds {raw:,} bytes."
+                )
+        elif (bits is None or bits >= 8) and typed != numel:
+            # Typed fields hold one value per element (two for complex; packed types skipped).
+            raise errors.TensorDataError(
+                f"'{_short(name)}': tensor '{tname}' declares {numel:,} elements (dims {dims[:8]}) "
+                f"but holds {typed:,}."
+            )
+
+
+def _checker_sentence(exc: Exception, model: onnx.ModelProto) -> str:
+    """Rule 7: the checker's complaint as one sentence that names the node."""
+    text = str(exc)
+    parts = text.split("==> Context:")
+    reason = " ".join(parts[0].split()).rstrip(".")
+    context = " ".join(parts[1].split()) if len(parts) > 1 else ""
+    node = re.search(r"Name:\s*(.*?)\s+OpType:\s*(\S+)", context)
+    # "input 'b' of node: name: add_a OpType: Add is not output of any previous nodes"
+    m = re.search(r"input '(.*?)' of node:\s*name:\s*(.*?)\s+OpType:\s*(\S+)\s+is not output", text)
+    if m:
+        value, nname, op = m.groups()
+        produced = {o for n in model.graph.node for o in n.output}
+        if value in produced:
+            return (f"input '{_short(value, 60)}' of node '{_short(nname, 60)}' ({op}) is produced "
+                    "by a later node (the graph has a cycle or is not topologically sorted)")
+        return (f"input '{_short(value, 60)}' of node '{_short(nname, 60)}' ({op}) is produced by no "
+                "node and is neither a graph input nor an initializer")
+    where = f" (node '{_short(node.group(1), 60)}', {node.group(2)})" if node else ""
+    return f"{_short(reason or 'unknown reason', 240)}{where}"
+
+
+def _finish(model: onnx.ModelProto, *, name: str, size: int, source: str, limits: Limits,
+            check: bool) -> LoadedModel:
+    _check_versions(model, name)
+    n = count_nodes(model)
+    if n > limits.max_nodes:
+        raise errors.ModelTooLargeError(
+            f"'{_short(name)}' has {n:,} nodes, over the limit of {limits.max_nodes:,}."
+        )
+    _check_tensor_data(model, name)
+    if check:
+        try:
+            onnx.checker.check_model(model, full_check=False)
+        except (onnx.checker.ValidationError, ValueError, RuntimeError, TypeError) as exc:
+            raise errors.CheckerError(
+                f"'{_short(name)}' fails the ONNX checker: {_checker_sentence(exc, model)}."
+            ) from None
+    display = Path(name).name or "model.onnx"
+    return LoadedModel(proto=model, name=display, sha256=model_hash(model), size_bytes=size,
+                       source=source)
+
+
+# Kept for callers of the earlier private name (passes.pipeline.count_nodes imports it).
 def _count_nodes(graph: onnx.GraphProto) -> int:
     n = 0
     stack = [graph]
@@ -345,47 +718,3 @@ def _count_nodes(graph: onnx.GraphProto) -> int:
                 elif attr.type == onnx.AttributeProto.GRAPHS:
                     stack.extend(attr.graphs)
     return n
-
-
-def _check_versions(model: onnx.ModelProto, name: str) -> None:
-    # Rule 5.
-    if not MIN_IR_VERSION <= model.ir_version <= onnx.IR_VERSION:
-        raise errors.UnsupportedVersionError(
-            f"'{_short(name)}' has IR version {model.ir_version}; supported are {MIN_IR_VERSION}..{onnx.IR_VERSION}."
-        )
-    max_opset = onnx.defs.onnx_opset_version()
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            if not MIN_OPSET <= imp.version <= max_opset:
-                raise errors.UnsupportedVersionError(
-                    f"'{_short(name)}' uses ONNX opset {imp.version}; supported are {MIN_OPSET}..{max_opset}."
-                )
-        elif imp.version < 0 or imp.version > 10_000:
-            raise errors.UnsupportedVersionError(
-                f"'{_short(name)}' imports domain '{_short(imp.domain, 40)}' at an invalid version {imp.version}."
-            )
-
-
-def _checker_sentence(exc: Exception) -> str:
-    text = str(exc)
-    node = re.search(r"(?:node|Node)\s*\(([^)]*)\)", text)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    reason = lines[-1] if lines else "unknown reason"
-    reason = re.sub(r"^\[ONNXRuntimeError\].*?:", "", reason)
-    where = f" at node '{_short(node.group(1), 60)}'" if node else ""
-    return f"{_short(reason, 200)}{where}"
-
-
-def _finish(model: onnx.ModelProto, *, name: str, size: int, source: str, limits: Limits,
-            check: bool) -> LoadedModel:
-    _check_versions(model, name)
-    n = _count_nodes(model.graph)
-    if n > limits.max_nodes:
-        raise errors.ModelTooLargeError(f"'{_short(name)}' has {n} nodes, over the limit of {limits.max_nodes}.")
-    if check:
-        try:
-            onnx.checker.check_model(model, full_check=False)
-        except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
-            raise errors.CheckerError(f"'{_short(name)}' fails the ONNX checker: {_checker_sentence(exc)}.") from None
-    display = Path(name).name or "model.onnx"
-    return LoadedModel(proto=model, name=display, sha256=model_hash(model), size_bytes=size, source=source)

@@ -12,7 +12,9 @@ Method (DESIGN.md "Benchmark", pyperf-like):
    variants go on.
 3. **Workers stay alive across rounds.** The session is created once per variant, warmed up
    (``warmup`` runs, discarded), and the loop count per round is calibrated from the warm-up so a
-   round lasts about ``min_time_s / MIN_ROUNDS``. Rounds then go A B C, B C A, C A B... (the
+   variant's turn lasts about ``ROUND_S`` (0.1 s; at least one run, and at most
+   ``min_time_s / MIN_ROUNDS``). Short turns matter on a shared machine: a burst of load from
+   another process lasting a second then hits every variant, not one. Rounds then go A B C, B C A, C A B... (the
    start rotates so no variant always follows the same neighbour or the pause between rounds)
    until every variant has ``min_time_s`` of timed runs and ``MIN_ROUNDS`` rounds, or
    ``max_rounds``. Spawning a worker per round was rejected: it re-creates the session each
@@ -61,6 +63,7 @@ from fusionviz.ortlevels import LEVELS
 logger = logging.getLogger(__name__)
 
 MIN_ROUNDS = 5
+ROUND_S = 0.1  # target length of one variant's turn in a round
 LOCK_NAME = "fusionviz-bench.lock"
 _POLL_S = 0.02
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
@@ -382,6 +385,8 @@ class _Worker:
                         if reply.get("kind") == "memory":
                             self.kill()
                             raise _WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap")
+                        if reply.get("kind") == "input":
+                            raise _WorkerFailed(_clean(reply.get("error") or "bad inputs"))
                         raise _WorkerFailed(f"onnxruntime failed: {_clean(reply.get('error') or 'unknown error')}")
                     return reply
                 elapsed = time.monotonic() - t0
@@ -502,7 +507,7 @@ def run_benchmark(
     shapes: dict[str, list[int]] | None = None,
     min_time_s: float = 1.0,
     warmup: int = 3,
-    max_rounds: int = 50,
+    max_rounds: int = 500,
     timeout_s: float = 120,
     mem_limit_mb: int = 4096,
     profile: bool = False,
@@ -576,7 +581,7 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
         if job.worker is not None:
             job.worker.close()
 
-    for i, (v, proto) in enumerate(zip(variants, protos)):
+    for i, (v, proto) in enumerate(zip(variants, protos, strict=False)):
         path = tmpdir / f"model{i}.onnx"
         path.write_bytes(v.model_bytes())
         jobs.append(_Job(v, i, path, plan=_static_plan(proto, shapes)))
@@ -609,7 +614,7 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
             reply = job.worker.request({"cmd": "run", "n": warmup})
             times = reply["times_ms"]
             est = float(np.median(times[1:] if len(times) > 1 else times))
-            round_ms = 1000.0 * min_time_s / MIN_ROUNDS
+            round_ms = 1000.0 * min(ROUND_S, min_time_s / MIN_ROUNDS)
             job.loops = max(1, int(math.ceil(round_ms / max(est, 1e-3))))
             job.peak_run_mb = reply["peak_rss_mb"]
         except _WorkerFailed as exc:

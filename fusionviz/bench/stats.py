@@ -8,8 +8,8 @@ Rules:
    ``n/2 -/+ 1.96*sqrt(n)/2`` (the normal approximation to the binomial count of samples below
    the median). Below 6 samples the interval is the sample range.
 3. A result is *unstable* when the spread is large: the IQR is more than 10% of the median, or
-   the 95% interval of the median is wider than 5% of the median (pyperf warns on similar
-   thresholds). A comparison between unstable results should not be trusted below that margin.
+   the 95% interval of the median reaches further than about ±5% around it (its full width is
+   over 10% of the median; pyperf warns on similar thresholds). A comparison between unstable results should not be trusted below that margin.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 ORIGINAL = "original"
 ALL = "all passes"
+DEFAULT_SETTINGS = Settings()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +41,7 @@ def _suffix(settings: Settings, tag: bool) -> str:
     return f" @{settings.level}" if tag else ""
 
 
-def cumulative(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = Settings(), *,
+def cumulative(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = DEFAULT_SETTINGS, *,
                shapes: Mapping[str, Sequence[int]] | None = None, skip_unchanged: bool = True,
                tag_level: bool = False) -> WhatIf:
     """Cumulative variants (rule 1); see :func:`cumulative_variants`."""
@@ -51,7 +52,7 @@ def cumulative(model: onnx.ModelProto, passes: Sequence[str], settings: Settings
     variants = [Variant(ORIGINAL + sfx, result.original, settings, ())]
     done: list[str] = []
     skipped: list[str] = []
-    for snap, rep in zip(result.snapshots[1:], result.reports):
+    for snap, rep in zip(result.snapshots[1:], result.reports, strict=False):
         if skip_unchanged and (not rep.changes or rep.error):
             skipped.append(rep.name)
             continue
@@ -60,7 +61,7 @@ def cumulative(model: onnx.ModelProto, passes: Sequence[str], settings: Settings
     return WhatIf(tuple(variants), tuple(skipped))
 
 
-def cumulative_variants(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = Settings(),
+def cumulative_variants(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = DEFAULT_SETTINGS,
                         *, shapes: Mapping[str, Sequence[int]] | None = None,
                         skip_unchanged: bool = True) -> list[Variant]:
     """``original``, then one variant per pass with it and every earlier pass applied.
@@ -78,7 +79,7 @@ def cumulative_variants(model: onnx.ModelProto, passes: Sequence[str], settings:
     return list(cumulative(model, passes, settings, shapes=shapes, skip_unchanged=skip_unchanged).variants)
 
 
-def leave_one_out(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = Settings(), *,
+def leave_one_out(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = DEFAULT_SETTINGS, *,
                   shapes: Mapping[str, Sequence[int]] | None = None, skip_unchanged: bool = True,
                   tag_level: bool = False) -> WhatIf:
     """Leave-one-out variants (rule 2); see :func:`leave_one_out_variants`."""
@@ -99,7 +100,7 @@ def leave_one_out(model: onnx.ModelProto, passes: Sequence[str], settings: Setti
     return WhatIf(tuple(variants), tuple(skipped))
 
 
-def leave_one_out_variants(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = Settings(),
+def leave_one_out_variants(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = DEFAULT_SETTINGS,
                            *, shapes: Mapping[str, Sequence[int]] | None = None,
                            skip_unchanged: bool = True) -> list[Variant]:
     """``all passes``, then ``-<pass>`` (every pass but that one) for each pass.
@@ -118,12 +119,12 @@ def leave_one_out_variants(model: onnx.ModelProto, passes: Sequence[str], settin
 
 
 def level_variants(model: onnx.ModelProto, levels: Sequence[str] = LEVELS,
-                   settings: Settings = Settings(), label: str = ORIGINAL) -> list[Variant]:
+                   settings: Settings = DEFAULT_SETTINGS, label: str = ORIGINAL) -> list[Variant]:
     """The same model under several onnxruntime levels (labels ``<label> @<level>``)."""
     return [Variant(f"{label} @{lv}", model, dataclasses.replace(settings, level=lv), ()) for lv in levels]
 
 
-def reference_variants(model: onnx.ModelProto, settings: Settings = Settings(), *,
+def reference_variants(model: onnx.ModelProto, settings: Settings = DEFAULT_SETTINGS, *,
                        shapes: Mapping[str, Sequence[int]] | None = None,
                        tools: Sequence[str] | None = None) -> tuple[list[Variant], dict[str, str]]:
     """Other optimizers' whole-pipeline results as variants (measured under ``settings``).
@@ -165,8 +166,9 @@ def cumulative_steps(results: Sequence[BenchResult]) -> list[dict]:
     Returns:
         One dict per result: ``label``, ``median_ms``, ``delta_ms``, ``delta_pct`` (vs the step
         before), ``static_sum_bytes``, ``delta_static_sum_bytes``, ``static_peak_bytes``,
-        ``delta_static_peak_bytes``, ``rss_run_mb``, ``delta_rss_mb``, ``error``. Deltas are None
-        when either side failed.
+        ``delta_static_peak_bytes``, ``rss_run_mb``, ``delta_rss_mb``, ``static_unknown_tensors``,
+        ``error``. Deltas are None when either side failed, and static deltas are None when
+        either side has tensors of unknown size.
     """
     steps: list[dict] = []
     prev: BenchResult | None = None
@@ -175,6 +177,7 @@ def cumulative_steps(results: Sequence[BenchResult]) -> list[dict]:
         row = {"label": r.label, "median_ms": med, "error": r.error,
                "static_sum_bytes": _static(r, "static_sum_intermediate_bytes"),
                "static_peak_bytes": _static(r), "rss_run_mb": r.memory.get("rss_run_mb"),
+               "static_unknown_tensors": r.memory.get("static_unknown_tensors") or 0,
                "delta_ms": None, "delta_pct": None, "delta_static_sum_bytes": None,
                "delta_static_peak_bytes": None, "delta_rss_mb": None}
         if prev is not None:
@@ -185,7 +188,9 @@ def cumulative_steps(results: Sequence[BenchResult]) -> list[dict]:
             for key, dkey in (("static_sum_bytes", "delta_static_sum_bytes"),
                               ("static_peak_bytes", "delta_static_peak_bytes")):
                 a, b = steps[-1][key], row[key]
-                if a is not None and b is not None:
+                # A tensor of unknown size counts 0 bytes: a delta across unknowns is not a saving.
+                if a is not None and b is not None and not (row["static_unknown_tensors"]
+                                                            or steps[-1]["static_unknown_tensors"]):
                     row[dkey] = b - a
             a, b = prev.memory.get("rss_run_mb"), r.memory.get("rss_run_mb")
             if a is not None and b is not None:

@@ -42,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("--denormal-as-zero", action="store_true", help="set session.set_denormal_as_zero")
     add_shape_arg(p)
     p.add_argument("--min-time", type=float, default=1.0, metavar="S", help="timed seconds per variant (default 1)")
-    p.add_argument("--max-rounds", type=int, default=50, help="most interleaved rounds (default 50)")
+    p.add_argument("--max-rounds", type=int, default=500, help="most interleaved rounds (default 500)")
     p.add_argument("--timeout", type=float, default=120, metavar="S", help="time limit per worker (default 120)")
     p.add_argument("--mem-limit", type=int, default=4096, metavar="MB", help="memory cap per worker (default 4096)")
     p.add_argument("--profile", action="store_true", help="aggregate onnxruntime's profiler by op type and node")
@@ -135,7 +135,7 @@ def _fmt_table(results) -> str:
                      f"{s.p10_ms:.3f}-{s.p90_ms:.3f}", f"{s.ci_low_ms:.3f}-{s.ci_high_ms:.3f}", str(s.n),
                      ratio, rss, sp_s, ver))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows)
 
 
 def run(args) -> int:

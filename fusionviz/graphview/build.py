@@ -9,9 +9,11 @@ Drawing rules (model_graph, collapse and dot hold theirs):
    ("fused into FusedConv_3").
 3. Edges carry "shape dtype" when the picture is small enough for labels to help
    (``EDGE_LABEL_MAX`` items); edges between boxes say how many tensors they carry.
-4. Hub tensors never constrain the layout: their edges are drawn dashed with ``constraint=false``.
-   Big pictures bound the layout work with ``nslimit``/``mclimit`` (ANCHORS: a hub made ``dot``
-   take 115 s on 1k nodes; bounded, 2 s).
+4. Hub tensors never constrain the layout: they are not drawn as edges but named in each
+   consumer's label ("◂ ext_mask (hub ×24)"), because even ``constraint=false`` long edges cost
+   the router seconds (measured: 1k nodes 11 s with unconstrained hub edges, 0.4 s without;
+   93 collapsed boxes 5 s vs 0.05 s), and per-use stub nodes pushed the layout into a diagonal. Big pictures also bound the layout
+   work with ``nslimit``/``mclimit`` (ANCHORS).
 5. Edges from nodes that are not drawn (focus, changed-only, cap) start at a small "⋯" stub, so
    a cut is visible as a cut.
 """
@@ -144,8 +146,15 @@ def provenance_text(names: list[str], limit: int = 4) -> str:
     return f"← {len(short)} nodes: " + " + ".join(short[:2]) + " + … + " + short[-1]
 
 
-def _node_lines(n: DisplayNode, status: str | None, diff: GraphDiff | None, side: str
+def hub_text(t: str, uses: int) -> str:
+    """Rule 4: how a hub input is named in a label."""
+    return f"◂ {D.shorten(D.clean(t), 26)} (hub ×{uses})"
+
+
+def _node_lines(n: DisplayNode, status: str | None, diff: GraphDiff | None, side: str,
+                hubs: list[str] = (), hub_counts: Mapping[str, int] | None = None,
                 ) -> list[tuple[str, str | None, int | None, bool]]:
+    hub_counts = hub_counts or {}
     op = n.op if n.domain in ("", "ai.onnx") else f"{n.op} ({n.domain})"
     lines: list[tuple[str, str | None, int | None, bool]] = [(D.shorten(op, 40), None, 12, True)]
     sn = n.short_name
@@ -159,6 +168,8 @@ def _node_lines(n: DisplayNode, status: str | None, diff: GraphDiff | None, side
         lines.append((f"+{len(n.weights) - 4} more weights", "#333333", 9, False))
     for s in n.subgraphs:
         lines.append((D.shorten(s, 40), "#7a3e00", 9, False))
+    for t in hubs:
+        lines.append((hub_text(t, hub_counts.get(t, 0)), "#6b7280", 9, False))
     if diff is not None and status:
         if side == "after" and status in ("fused", "changed", "added"):
             src = diff.provenance.get(n.key) or []
@@ -270,6 +281,7 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
     dot_name: dict[str, str] = {}
     families: set[str] = set()
     statuses: set[str] = set()
+    hub_counts = {t: len(dg.consumers.get(t, ())) for t in dg.hubs}
     for i, item in enumerate(sel.items):
         name = f"n{i}"
         dot_name[item] = name
@@ -288,7 +300,11 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
                 border, pen = "#1d4ed8", "3.5"
             eid = D.element_id(D.NODE_ID_PREFIX, n.key)
             node_ids[eid] = n.key
-            label = D.html_label(_node_lines(n, st, diff, side))
+            hubs = [t for t in n.inputs if t in dg.hubs]
+            lines = _node_lines(n, st, diff, side, hubs, hub_counts)
+            lines.extend((f"▸ {D.shorten(D.clean(t), 26)} (hub, {hub_counts[t]} uses)", "#6b7280", 9, False)
+                         for t in n.outputs if t in dg.hubs)
+            label = D.html_label(lines)
             out.append(f"  {name} " + D.attrs(id=eid, label=label, fillcolor=fill, color=border,
                                                 style=style, penwidth=pen,
                                                 tooltip=D.shorten(D.clean(n.name or n.key), 300)) + ";")
@@ -313,6 +329,11 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
                                                               else "changed")
                 border, pen = D.STATUS_STYLE[key][1], "2.5"
                 statuses.add(key)
+            members = set(box.members)
+            box_hubs = sorted({t for k in box.members for t in dg.by_key[k].inputs
+                               if t in dg.hubs and dg.producer.get(t) not in members})
+            for t in box_hubs[:3]:
+                lines.append((hub_text(t, hub_counts.get(t, 0)), "#6b7280", 9, False))
             lines = [ln for ln in lines if ln[0]]
             out.append(f"  {name} " + D.attrs(id=eid, label=D.html_label(lines), shape="box3d",
                                                 style="filled", fillcolor=fill, color=border,
@@ -320,7 +341,6 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
 
     labels_on = opts.show_shapes and drawn <= EDGE_LABEL_MAX
     edges: dict[tuple[str, str], list[str]] = {}
-    hub_edges: set[tuple[str, str]] = set()
     terminals: list[str] = []
     term_name: dict[str, str] = {}
     stub_of: dict[str, str] = {}
@@ -363,6 +383,8 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
         for k in members:
             for t in dg.by_key[k].inputs:
                 p = dg.producer.get(t)
+                if t in dg.hubs:  # rule 4: named in the label instead
+                    continue
                 if p is not None and p in sel.item_of:
                     src = dot_name[sel.item_of[p]]
                 elif t in graph_inputs:
@@ -374,8 +396,6 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
                 lst = edges.setdefault((src, dst), [])
                 if t not in lst:
                     lst.append(t)
-                if t in dg.hubs:
-                    hub_edges.add((src, dst))
     drawn_outputs = 0
     for t in dg.outputs:
         p = dg.producer.get(t)
@@ -387,9 +407,7 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
     out.extend(terminals)
     for (src, dst), ts in edges.items():
         kv: dict[str, object] = {}
-        if (src, dst) in hub_edges and len(ts) == 1:
-            kv.update(style="dashed", color="#b5b5b5", constraint="false", arrowsize="0.4")
-        elif labels_on:
+        if labels_on:
             kv["label"] = _edge_label(dg, ts[0]) if len(ts) == 1 else f"{len(ts)} tensors"
         elif len(ts) > 1:
             kv["penwidth"] = "1.6"

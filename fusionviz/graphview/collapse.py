@@ -83,7 +83,8 @@ class Selection:
 
 
 def collapse(dg: DisplayGraph, selected: set[str], *, enabled: bool, expanded: Iterable[str] = (),
-             status: Mapping[str, str] | None = None, auto_items: int = AUTO_OPEN_ITEMS) -> tuple[list[str], dict[str, str], dict[str, Box]]:
+             status: Mapping[str, str] | None = None, auto_items: int = AUTO_OPEN_ITEMS,
+             ) -> tuple[list[str], dict[str, str], dict[str, Box]]:
     """Rule 3: map every selected node to an item id; returns (items in model order, item_of, boxes)."""
     nodes = [n for n in dg.nodes if n.key in selected]
     item_of: dict[str, str] = {}
@@ -162,7 +163,7 @@ def select(dg: DisplayGraph, selected: set[str], *, collapse_enabled: bool, expa
            max_nodes: int, status: Mapping[str, str] | None = None) -> Selection:
     """Rules 3-4: collapse the selected nodes, then cap the number of items."""
     items, item_of, boxes = collapse(dg, selected, enabled=collapse_enabled, expanded=expanded,
-                                     status=status)
+                                     status=status, auto_items=min(AUTO_OPEN_ITEMS, max_nodes))
     left_out = 0
     if len(items) > max_nodes:
         keep = set(items[:max_nodes])

@@ -93,6 +93,23 @@ def apply_rules(model: ir.Model, rules: Sequence[orp.RewriteRule], *, commute: b
     return count
 
 
+def infer_shapes_if_needed(model: ir.Model, values: Sequence[ir.Value | None] = ()) -> None:
+    """onnx shape inference, merged into ``model`` in place, unless ``values`` all have shapes.
+
+    Passes that need shapes only when there is something to match call this lazily, instead of
+    setting ``needs_shapes`` (which would make the pipeline infer shapes on every model).
+    Failures leave the model as it was (rules then fail their checks with a reason).
+    """
+    if values and all(v is None or (v.shape is not None and v.dtype is not None) for v in values):
+        return
+    try:
+        from onnx_ir.passes.common import ShapeInferencePass
+
+        ShapeInferencePass()(model)
+    except Exception as exc:  # noqa: BLE001 - best effort, like the pipeline's
+        logger.info("shape inference failed: %s", exc)
+
+
 def const_array(value: ir.Value | None) -> np.ndarray | None:
     """The numpy value of a constant (initializer that is not a graph input, or Constant node)."""
     if value is None or value.is_graph_input():
@@ -146,7 +163,21 @@ def _check_conv_weights(conv: ir.Node, inside: set[ir.Node], result: orp.MatchRe
 
 
 class _BatchNormGuards:
-    """Extra checks the library's BatchNorm rules lack: inference mode and parameter shapes."""
+    """Checks and rewrite shared by the BatchNorm rules (mixed into the library's classes).
+
+    The library's rule math (``_scale_weights``, ``get_filters_axis``) is kept; added:
+
+    1. BatchNorm must be in inference mode, its extra outputs unused, ``spatial=1``, and
+       every parameter a ``(C,)`` constant.
+    2. The weight must be a constant initializer used by no other node (it is rewritten).
+    3. The bias may be shared (exporters and initializer de-duplication share all-zero
+       biases): the folded bias gets a fresh name instead of overwriting the shared one,
+       which the library would refuse (or, without its check, clobber).
+    """
+
+    def __init__(self, namer: Namer) -> None:
+        super().__init__()
+        self._namer = namer
 
     def _channels(self, inbound: ir.Node) -> int | None:
         w = const_array(inbound.inputs[1])
@@ -161,24 +192,51 @@ class _BatchNormGuards:
     def check(self, context, x, inbound_out: ir.Value, batchnorm_out: ir.Value) -> orp.MatchResult:
         result = orp.MatchResult()
         bn = batchnorm_out.producer()
+        inbound = inbound_out.producer()
         if bn.attributes.get_int("training_mode", 0):
             return result.fail("BatchNormalization is in training mode (training_mode=1): its statistics are not constants.")
         if any(_used(v) for v in bn.outputs[1:]):
             return result.fail("BatchNormalization's running-statistics outputs are used.")
         if bn.attributes.get_int("spatial", 1) != 1:
             return result.fail("BatchNormalization has spatial=0 (per-position statistics).")
-        base = super().check(context, x, inbound_out, batchnorm_out)  # type: ignore[misc]
-        if not base:
-            return base
-        channels = self._channels(inbound_out.producer())
+        w = inbound.inputs[1]
+        w_np = const_array(w)
+        if w_np is None or not w.is_initializer():
+            return result.fail(f"The weight '{w.name}' is not a constant initializer.")
+        if w_np.dtype.kind != "f":
+            return result.fail("The weight is not floating point.")
+        if _outside_uses(w, {inbound}):
+            return result.fail(f"The weight '{w.name}' is shared with another node; folding would change it there too.")
+        if len(inbound.inputs) > 2 and inbound.inputs[2] is not None and const_array(inbound.inputs[2]) is None:
+            return result.fail(f"The bias '{inbound.inputs[2].name}' is not a constant.")
+        channels = self._channels(inbound)
         for p in bn.inputs[1:5]:
             arr = const_array(p)
             if arr is None or arr.ndim != 1 or arr.shape[0] != channels:
                 return result.fail(f"BatchNormalization parameter '{p.name}' is not a ({channels},) constant.")
-        w = const_array(inbound_out.producer().inputs[1])
-        if w is None or w.dtype.kind != "f":
-            return result.fail("The weight is not a floating-point constant.")
         return result
+
+    def rewrite(self, op, x, inbound_out, batchnorm_out):
+        bn = batchnorm_out.producer()
+        inbound = inbound_out.producer()
+        gamma, beta, mean, var = (const_array(v) for v in bn.inputs[1:5])
+        scale = gamma / np.sqrt(var + bn.attributes.get_float("epsilon", 1e-5))
+        w = inbound.inputs[1]
+        w_np = const_array(w)
+        w2 = self._scale_weights(w_np, scale, inbound.attributes).astype(w_np.dtype)
+        attrs = dict(inbound.attributes)
+        gemm_beta = attrs.pop("beta").as_float() if "beta" in attrs else 1.0  # Gemm scales C by beta
+        b = inbound.inputs[2] if len(inbound.inputs) > 2 else None
+        b_np = const_array(b) if b is not None else np.zeros_like(mean)
+        b2 = ((gemm_beta * b_np - mean) * scale + beta).astype(w_np.dtype)
+        return op.op(
+            inbound.op_type,
+            x,
+            op.initializer(ir.tensor(w2), name=self._namer(f"{w.name}_bnfold")),
+            op.initializer(ir.tensor(b2), name=self._namer(f"{(b.name if b is not None else w.name)}_bnfold_bias")),
+            _name=inbound.name,
+            **attrs,
+        )
 
 
 class _FoldBNConv(_BatchNormGuards, _fuse_batchnorm.FuseBatchNormIntoConv):
@@ -186,7 +244,14 @@ class _FoldBNConv(_BatchNormGuards, _fuse_batchnorm.FuseBatchNormIntoConv):
 
 
 class _FoldBNConvTranspose(_BatchNormGuards, _fuse_batchnorm.FuseBatchNormIntoConvTranspose):
-    pass
+    def check(self, context, x, inbound_out, batchnorm_out) -> orp.MatchResult:
+        r = super().check(context, x, inbound_out, batchnorm_out)
+        if not r:
+            return r
+        w = const_array(inbound_out.producer().inputs[1])
+        if w.shape[0] % inbound_out.producer().attributes.get_int("group", 1):
+            return r.fail("ConvTranspose in_channels is not divisible by group.")
+        return r
 
 
 class _FoldBNGemm(_BatchNormGuards, _fuse_batchnorm.FuseBatchNormIntoGemm):
@@ -199,10 +264,6 @@ class _FoldBNMatMul(_BatchNormGuards, orp.RewriteRuleClassBase):
     BatchNorm normalises axis 1, which for a rank-2 MatMul output is the column axis of W:
     ``W' = W · diag(s)``, ``b' = β − μ·s`` with ``s = γ/√(σ²+ε)``.
     """
-
-    def __init__(self, namer: Namer) -> None:
-        super().__init__(name="FoldBatchNormIntoMatMul")
-        self._namer = namer
 
     def pattern(self, op, x):
         return op.BatchNormalization(
@@ -217,7 +278,6 @@ class _FoldBNMatMul(_BatchNormGuards, orp.RewriteRuleClassBase):
 
     def check(self, context, x, inbound_out, batchnorm_out) -> orp.MatchResult:
         result = orp.MatchResult()
-        bn = batchnorm_out.producer()
         mm = inbound_out.producer()
         w = mm.inputs[1]
         w_np = const_array(w)
@@ -228,10 +288,6 @@ class _FoldBNMatMul(_BatchNormGuards, orp.RewriteRuleClassBase):
         ranks = [v.shape.rank() for v in (x, inbound_out, batchnorm_out) if v.shape is not None]
         if not ranks or ranks[0] != 2:
             return result.fail("MatMul input rank is not known to be 2 (BatchNorm's channel axis is then not W's columns).")
-        for p in bn.inputs[1:5]:
-            if const_array(p) is None:
-                return result.fail(f"BatchNormalization parameter '{p.name}' is not a constant.")
-        # the shared guards (training mode, parameter shapes); their super() is PatternBase's no-op
         return _BatchNormGuards.check(self, context, x, inbound_out, batchnorm_out)
 
     def rewrite(self, op, x, inbound_out, batchnorm_out):
@@ -286,11 +342,12 @@ BatchNorm+ReLU kernel for it on CPU.
     def transform(self, model: ir.Model) -> None:
         if not any(n.op_type == "BatchNormalization" for n in model.graph):
             return
+        namer = Namer(model)
         rules = [
-            _FoldBNConv.rule(),
-            _FoldBNConvTranspose.rule(),
-            _FoldBNGemm.rule(),
-            _FoldBNMatMul.rule(Namer(model)),
+            _FoldBNConv.rule(namer),
+            _FoldBNConvTranspose.rule(namer),
+            _FoldBNGemm.rule(namer),
+            _FoldBNMatMul.rule(namer),
         ]
         apply_rules(model, rules)
 
@@ -693,11 +750,13 @@ tensor disappear.
 constants, padding of the batch or channel axis, negative pads (cropping), zero padding into
 a MaxPool of possibly negative data (max(−3, 0) ≠ −3), pools with `ceil_mode=1`.
 """
-    needs_shapes = True
+    needs_shapes = False  # infers shapes itself, only when the model has a Pad
 
     def transform(self, model: ir.Model) -> None:
-        if not any(n.op_type == "Pad" for n in model.graph):
+        pads = [n for n in model.graph if n.op_type == "Pad"]
+        if not pads:
             return
+        infer_shapes_if_needed(model, [p.inputs[0] for p in pads])
         apply_rules(model, [_NormalizeAutoPadAfterPad.rule()])
         apply_rules(model, [_GuardedPadConv.rule(), _PadPool.rule("AveragePool"), _PadPool.rule("MaxPool")])
 

@@ -19,7 +19,7 @@ from onnxscript.rewriter import pattern as orp
 from onnxscript.rewriter.rules.common import _matmul_add_to_gemm as _lib
 
 from fusionviz.passes.base import Category, Pass
-from fusionviz.passes.fuse_conv import apply_rules
+from fusionviz.passes.fuse_conv import apply_rules, infer_shapes_if_needed
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +94,15 @@ gain; onnxruntime's own *MatMulAddFusion* handles that case at its BASIC level, 
 the bias add is fused into the GEMM epilogue by the execution provider. An Add whose other
 operand would broadcast the product to a bigger shape, or whose shapes are unknown.
 """
-    needs_shapes = True
+    needs_shapes = False  # infers shapes itself, only when a MatMul feeds an Add
 
     def transform(self, model: ir.Model) -> None:
-        if not any(n.op_type == "MatMul" for n in model.graph):
+        mms = [n for n in model.graph if n.op_type == "MatMul"
+               and any(u.op_type == "Add" for u, _ in n.outputs[0].uses())]
+        if not mms:
             return
+        infer_shapes_if_needed(model, [v for n in mms for v in n.inputs] + [
+            a for n in mms for u, _ in n.outputs[0].uses() for a in u.inputs])
         rules = [
             _TransABMatMulAdd.rule(),
             _TransAMatMulAdd.rule(),

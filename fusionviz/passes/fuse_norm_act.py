@@ -25,7 +25,7 @@ from onnxscript.rewriter.ort_fusions import gelu as _gelu
 from onnxscript.rewriter.rules.fusion import _layer_norm
 
 from fusionviz.passes.base import Category, Pass
-from fusionviz.passes.fuse_conv import MS_DOMAIN, apply_rules
+from fusionviz.passes.fuse_conv import MS_DOMAIN, apply_rules, infer_shapes_if_needed
 
 logger = logging.getLogger(__name__)
 
@@ -162,12 +162,13 @@ once, with a vectorised erf/tanh. On GPU that is 5–9 kernel launches fewer per
 that differ from √2, 0.5, 1, 0.044715, √(2/π) by more than 1e-5 relative, or an
 intermediate that another node also uses.
 """
-    needs_shapes = True
+    needs_shapes = False  # infers shapes itself, only when there is an Erf or Tanh
 
     def transform(self, model: ir.Model) -> None:
         ops = {n.op_type for n in model.graph}
         if not ops & {"Erf", "Tanh"}:
             return
+        infer_shapes_if_needed(model, [n.inputs[0] for n in model.graph if n.op_type in ("Erf", "Tanh")])
         before = {id(n) for n in model.graph}
         for kind in ("Erf", "Tanh"):  # only the rule family that can match
             if kind in ops:
@@ -203,26 +204,45 @@ def _last_dim_param(x: ir.Value, p: ir.Value, what: str) -> orp.MatchResult:
 
 
 class _GuardedLayerNorm(_layer_norm.LayerNormFusion):
-    """Library rule (ReduceMean axes as input) plus a scale-shape guard."""
+    """The library's LayerNorm rule (check and rewrite) with a pattern for both ReduceMean forms.
 
-    def check(self, context, x, scale, epsilon, **kw) -> orp.MatchResult:
+    1. opset >= 18: axes ``[-1]`` as a constant input (the library's own pattern);
+    2. opset 17: axes ``[-1]`` as an attribute (the library has a TODO for it).
+
+    ``keepdims`` may be left at its default (1); the library requires it spelled out.
+    Guard added: the scale has shape ``(D,)`` with ``D`` the last dimension of x.
+    """
+
+    def __init__(self, axes_as_attribute: bool) -> None:
+        super().__init__(name=f"LayerNorm{'AxesAttr' if axes_as_attribute else 'AxesInput'}")
+        self._attr = axes_as_attribute
+
+    def _mean(self, op, v, out: str):
+        if self._attr:
+            return op.ReduceMean(v, axes=[-1], _outputs=[out])
+        return op.ReduceMean(v, [-1], _outputs=[out])
+
+    def pattern(self, op, x, scale, epsilon):
+        mean = self._mean(op, x, "mean")
+        deviation = op.Sub(x, mean)
+        squared = orp.OrValue([op.Mul(deviation, deviation), op.Pow(deviation, 2)])
+        variance = self._mean(op, squared, "variance")
+        std_dev = op.Sqrt(op.Add(variance, epsilon))
+        normalized = orp.OrValue([op.Mul(deviation, op.Reciprocal(std_dev)), op.Div(deviation, std_dev)])
+        return op.Mul(normalized, scale)
+
+    def check(self, context, x, scale, epsilon, mean, variance, **kw) -> orp.MatchResult:
+        r = orp.MatchResult()
+        for v in (mean, variance):
+            node = v.producer()
+            if node.attributes.get_int("keepdims", 1) != 1:
+                return r.fail("ReduceMean drops the reduced axis (keepdims=0).")
+            if node.attributes.get_int("noop_with_empty_axes", 0):
+                return r.fail("ReduceMean has noop_with_empty_axes=1.")
         r = super().check(context, x, epsilon, **kw)
         if not r:
             return r
         return _last_dim_param(x, scale, "scale")
-
-
-class _LayerNormAxesAttr(_GuardedLayerNorm):
-    """The opset-17 form: ``ReduceMean(x, axes=[-1])`` with axes as an attribute."""
-
-    def pattern(self, op, x, scale, epsilon):
-        mean = op.ReduceMean(x, axes=[-1], keepdims=1)
-        deviation = op.Sub(x, mean)
-        squared = orp.OrValue([op.Mul(deviation, deviation), op.Pow(deviation, 2)])
-        variance = op.ReduceMean(squared, axes=[-1], keepdims=1)
-        std_dev = op.Sqrt(op.Add(variance, epsilon))
-        normalized = orp.OrValue([op.Mul(deviation, op.Reciprocal(std_dev)), op.Div(deviation, std_dev)])
-        return op.Mul(normalized, scale)
 
 
 class _GuardedLayerNormBias(_layer_norm.LayerNormBiasFusion):
@@ -257,12 +277,14 @@ normalisation over other axes than the last, γ/β whose shape is not `(hidden,)
 intermediate (e.g. the mean) used elsewhere. Exporters that already emit
 `LayerNormalization` (torch.onnx at opset 17+) leave nothing for this pass.
 """
-    needs_shapes = True
+    needs_shapes = False  # infers shapes itself, only when there is a ReduceMean or LayerNormalization
 
     def transform(self, model: ir.Model) -> None:
-        if onnx_opset(model) < 17 or not any(n.op_type == "ReduceMean" for n in model.graph):
+        means = [n for n in model.graph if n.op_type in ("ReduceMean", "LayerNormalization")]
+        if onnx_opset(model) < 17 or not means:
             return
-        apply_rules(model, [_GuardedLayerNorm.rule(), _LayerNormAxesAttr.rule()])
+        infer_shapes_if_needed(model, [n.inputs[0] for n in means])
+        apply_rules(model, [_GuardedLayerNorm.rule(False), _GuardedLayerNorm.rule(True)])
         apply_rules(model, [_GuardedLayerNormBias.rule()], commute=True)
 
 

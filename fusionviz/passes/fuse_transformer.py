@@ -251,9 +251,17 @@ def _heads(v: ir.Value, perm: list[int], what: str) -> tuple[ir.Node, ir.Node]:
     if not _single_use(t.inputs[0]):
         raise _Reject(f"{what}: reshaped heads have other uses")
     r = _need(t.inputs[0], "Reshape", what)
-    if not _single_use(r.inputs[0]):
+    if not _only_shape_uses(r.inputs[0], r):
         raise _Reject(f"{what}: projection output has other uses")
     return t, r
+
+
+def _only_shape_uses(v: ir.Value, user: ir.Node) -> bool:
+    """``v`` feeds ``user`` and otherwise only ``Shape`` nodes (dynamic reshape targets)."""
+    if v.is_graph_output():
+        return False
+    users = [u.node for u in v.uses()]
+    return users.count(user) == 1 and all(n is user or n.op_type == "Shape" for n in users)
 
 
 class _Match:
@@ -300,10 +308,15 @@ def _match_attention(softmax: ir.Node, opset: int) -> tuple[_Match, dict]:
     if not _single_use(ctx_mm.outputs[0]):
         raise _Reject("context has other uses")
     ctx_t = ctx_mm.outputs[0].uses()[0].node
-    if ctx_t.op_type != "Transpose" or _perm(ctx_t) != [0, 2, 1, 3] or not _single_use(ctx_t.outputs[0]):
+    if ctx_t.op_type != "Transpose" or _perm(ctx_t) != [0, 2, 1, 3] or ctx_t.outputs[0].is_graph_output():
         raise _Reject("context is not transposed back with perm (0,2,1,3)")
-    ctx_r = ctx_t.outputs[0].uses()[0].node
-    if ctx_r.op_type != "Reshape":
+    # TorchScript computes the output reshape target from Shape(context): such uses die with it.
+    users = [u.node for u in ctx_t.outputs[0].uses()]
+    reshapes = [n for n in users if n.op_type == "Reshape"]
+    if len(reshapes) != 1 or any(n.op_type not in ("Reshape", "Shape") for n in users):
+        raise _Reject("transposed context has uses other than its reshape")
+    ctx_r = reshapes[0]
+    if ctx_r.inputs[0] is not ctx_t.outputs[0]:
         raise _Reject("context is not reshaped back to (B, S, hidden)")
     tgt = _const(ctx_r.inputs[1])
     cat = _prod(ctx_r.inputs[1], "Concat")
@@ -547,6 +560,12 @@ def _is_3d_same(a: ir.Value, b: ir.Value) -> str | None:
     if len(sa) != 3:
         return f"input rank {len(sa)} is not 3"
     if len(sb) == 3 and list(sa.dims) == list(sb.dims):
+        return None
+    if len(sb) == 3 and sa.dims[2] == sb.dims[2] and all(
+        not isinstance(x, int) and not isinstance(y, int) for x, y in zip(sa.dims[:2], sb.dims[:2], strict=True)
+    ):
+        # Symbolic (B, S) on both sides that shape inference could not unify; the kernel checks
+        # the shapes at run time and fails loudly (never silently) if they differ.
         return None
     if len(sb) == 3 and sb.dims[0] == 1 and list(sb.dims[1:]) == list(sa.dims[1:]):
         return None

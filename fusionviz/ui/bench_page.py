@@ -29,6 +29,7 @@ class BenchJob:
     """A benchmark running in a background thread (mutable: the thread fills it in)."""
 
     cancel: threading.Event
+    kind: str = "bench"  # "bench" | "tune"
     thread: threading.Thread | None = None
     fraction: float = 0.0
     message: str = "starting"
@@ -137,6 +138,23 @@ def _worker(job: BenchJob, plan: Plan, proto, passes, result, shapes) -> None:
         job.error = "The benchmark failed unexpectedly; the details are in the server log."
 
 
+def _tune_worker(job: BenchJob, proto, shapes, budget_s: float, min_time_s: float) -> None:
+    from fusionviz import tune
+
+    def progress(msg: str) -> None:
+        job.message = msg
+        job.fraction = min(0.99, (time.monotonic() - job.started) / max(budget_s, 1.0))
+
+    try:
+        job.results = tune.tune(proto, shapes=shapes or None, budget_s=budget_s, min_time_s=min_time_s,
+                                progress=progress)
+    except errors.FusionvizError as exc:
+        job.error = str(exc)
+    except Exception:  # noqa: BLE001 - the app must stay up
+        logger.exception("tune failed")
+        job.error = "The search failed unexpectedly; the details are in the server log."
+
+
 def _cancel() -> None:
     job = st.session_state.get(state.BENCH_JOB)
     if job is not None:
@@ -193,13 +211,18 @@ def _start(plan: Plan, loaded, result) -> None:
 
 def _poll(job: BenchJob) -> None:
     bar = st.progress(job.fraction, text=job.message)
-    st.button("Cancel", key="bench_cancel", on_click=_cancel)
+    if job.kind == "bench":
+        st.button("Cancel", icon=":material/stop:", key="bench_cancel", on_click=_cancel)
+    else:
+        st.caption("The search stops by itself when its time budget is spent.")
     while job.alive():
         bar.progress(job.fraction, text=f"{job.message} · {time.monotonic() - job.started:.0f} s")
         time.sleep(0.25)
     bar.progress(1.0, text="done")
     st.session_state[state.BENCH_JOB] = None
-    if job.results is not None:
+    if job.results is not None and job.kind == "tune":
+        st.session_state["fv_tune"] = {"result": job.results, "sha256": job.context.get("sha256")}
+    elif job.results is not None:
         st.session_state[state.BENCH] = {"results": job.results, "context": job.context}
     elif job.error:
         st.session_state["fv_bench_error"] = job.error
@@ -221,11 +244,11 @@ def results_table(results) -> pd.DataFrame:
             "p90 ms": round(st_.p90_ms, 3) if st_ else None,
             "95% CI ms": f"{st_.ci_low_ms:.3f}–{st_.ci_high_ms:.3f}" if st_ else None,
             "runs": st_.n if st_ else None,
-            "stable": ("⚠️ noisy" if st_.unstable else "ok") if st_ else None,
+            "stable": ("noisy" if st_.unstable else "ok") if st_ else None,
             "peak RSS MB": r.memory.get("rss_run_mb"),
             "static peak": common.fmt_bytes(r.memory.get("static_peak_reuse_bytes"))
             if r.memory.get("static_peak_reuse_bytes") is not None else None,
-            "verify": ("✅" if v.get("ok") else ("⚠️" if v.get("report_only") else "❌")) + (
+            "verify": ("equal" if v.get("ok") else ("differs" if v.get("report_only") else "DIFFERENT")) + (
                 f" {v.get('max_rel_diff', 0):.1e}" if v.get("max_rel_diff") is not None else "") if v else "",
             "settings": r.settings.describe(),
             "error": r.error or "",
@@ -260,33 +283,42 @@ def _charts(results, context) -> None:
     ok = [r for r in results if r.stats is not None]
     if not ok:
         return
-    tabs = st.tabs(["Latency", "Memory", "Per pass", "Where time goes", "Tensor lifetimes"])
-    with tabs[0]:
+    tabs = st.tabs(["Latency", "Memory", "Per pass", "Where time goes", "Speed vs error", "Tensor lifetimes"])
+    with tabs[0], common.guard("drawing the latency chart"):
         st.plotly_chart(charts.latency_box(ok), width="stretch", key="chart_latency")
-    with tabs[1]:
+    with tabs[1], common.guard("drawing the memory chart"):
         st.plotly_chart(charts.memory_bars(ok), width="stretch", key="chart_memory")
-    with tabs[2]:
+    with tabs[2], common.guard("drawing the per-pass chart"):
         from fusionviz.bench import whatif
 
-        steps = whatif.cumulative_steps(ok)
-        if steps:
+        labels = [r.label for r in ok]
+        if any(lbl.startswith("+") for lbl in labels):
+            steps = whatif.cumulative_steps(ok)
             st.plotly_chart(charts.waterfall(steps), width="stretch", key="chart_waterfall")
         else:
-            st.caption("Run with 'Per pass: cumulative' to see what each pass adds.")
-        loo = whatif.leave_one_out_table(ok)
-        if loo:
-            st.dataframe(pd.DataFrame(loo), hide_index=True, width="stretch")
-    with tabs[3]:
+            st.caption("Tick 'Per pass: cumulative' and run again to see what each pass adds.")
+        if any(lbl.startswith("-") for lbl in labels):
+            st.markdown("**Leave one out**: what the result loses without each pass")
+            st.dataframe(pd.DataFrame(whatif.leave_one_out_table(ok)), hide_index=True, width="stretch")
+    with tabs[3], common.guard("drawing the profile chart"):
         prof = [r for r in ok if r.profile]
-        if len(prof) >= 1:
-            st.plotly_chart(charts.optype_time_bars(prof), width="stretch", key="chart_optype")
+        if len(prof) >= 2:
+            a, b = prof[0], prof[-1]
+            st.plotly_chart(charts.optype_time_bars(a.profile, b.profile, labels=(a.label, b.label)),
+                            width="stretch", key="chart_optype")
         else:
-            st.caption("Tick 'Profile by op type' and run again to see time per op type.")
-    with tabs[4]:
+            st.caption("Tick 'Profile by op type' and run at least two variants to see where time goes.")
+    with tabs[4], common.guard("drawing the speed-vs-error chart"):
+        pts = [{"label": r.label, "median_ms": r.stats.median_ms,
+                "max_rel_diff": (r.verify or {}).get("max_rel_diff")} for r in ok]
+        st.plotly_chart(charts.speed_vs_error(pts), width="stretch", key="chart_speed_error")
+    with tabs[5], common.guard("drawing the tensor lifetimes"):
         loaded = state.model()
         result = common.current_pipeline(progress=False)
         key = (*common.pipeline_key(loaded, state.passes()), len(result.snapshots) - 1)
         plan = cache.memory_plan(key, state.shapes_key(), result.final)
+        st.caption("Static memory plan of the current selection: each bar is one activation, from the "
+                   "step that produces it to its last use.")
         st.plotly_chart(charts.lifetime_gantt(plan), width="stretch", key="chart_gantt")
 
 
@@ -297,11 +329,11 @@ def _downloads(results, context) -> None:
                "pipeline": context.get("pipeline"), "notes": context.get("notes"),
                "variants": [r.as_dict() for r in results]}
     c = st.columns(3)
-    c[0].download_button("⬇ JSON report", json.dumps(payload, indent=2, default=str),
-                         file_name="fusionviz-bench.json", mime="application/json", key="dl_json",
+    c[0].download_button("JSON report", json.dumps(payload, indent=2, default=str),
+                         file_name="fusionviz-bench.json", mime="application/json", key="dl_json", icon=":material/download:",
                          width="stretch")
-    c[1].download_button("⬇ Markdown report", markdown_report(results, context),
-                         file_name="fusionviz-bench.md", mime="text/markdown", key="dl_md",
+    c[1].download_button("Markdown report", markdown_report(results, context),
+                         file_name="fusionviz-bench.md", mime="text/markdown", key="dl_md", icon=":material/download:",
                          width="stretch")
     _download_model(c[2], loaded)
 
@@ -309,39 +341,56 @@ def _downloads(results, context) -> None:
 def _download_model(col, loaded) -> None:
     result = common.current_pipeline(progress=False)
     stem = loaded.name.rsplit(".", 1)[0]
-    col.download_button("⬇ Optimized model (.onnx)", result.final.SerializeToString(),
+    col.download_button("Optimized model (.onnx)", result.final.SerializeToString(),
                         file_name=f"{stem}.fusionviz.onnx", mime="application/octet-stream",
-                        key="dl_model", width="stretch")
+                        key="dl_model", icon=":material/download:", width="stretch")
 
 
-def _tune(loaded) -> None:
+def _apply_tune(res) -> None:
+    state.set_passes(list(res.best.passes))
+    st.session_state.setdefault(state.WIDGETS, {})["bench_level"] = res.best.level
+    st.session_state.setdefault(state.WIDGETS, {})["bench_denormal"] = bool(res.best.denormal_as_zero)
+    st.session_state[state.MESSAGE] = (f"Auto what-if winner applied: {len(res.best.passes)} passes; "
+                                       f"benchmark level set to '{res.best.level}'.")
+
+
+def _tune(loaded, busy: bool) -> None:
     try:
-        from fusionviz import tune
+        from fusionviz import tune  # noqa: F401
     except ImportError:
         return
-    with st.expander("Auto what-if: search for the fastest variant that still verifies"):
-        st.caption("Starts from all passes, greedily drops any pass whose removal speeds things up, "
-                   "then picks the best ORT level. Takes a while: every step is a measured benchmark.")
-        if st.button("Run the search", key="tune_run"):
-            bar = st.progress(0.0, text="searching")
-            try:
-                res = tune.tune(loaded.proto, shapes=state.shapes() or None,
-                                progress=lambda f, m: bar.progress(max(0.0, min(1.0, f)), text=m))
-            except errors.FusionvizError as exc:
-                st.error(str(exc))
-                return
-            st.session_state["fv_tune"] = res
-        res = st.session_state.get("fv_tune")
-        if res is not None:
-            best = getattr(res, "best", res)
-            names = list(getattr(best, "passes", ()) or ())
-            st.success(f"Best: {getattr(best, 'label', '')} — {len(names)} passes"
-                       + (f", ORT {best.settings.level}" if hasattr(best, "settings") else ""))
-            if hasattr(res, "as_dict"):
-                st.json(res.as_dict(), expanded=False)
-            if st.button("Use this selection", key="tune_apply"):
-                state.set_passes(names)
-                common.switch("passes")
+    with st.expander("Auto what-if: search for the fastest variant that still verifies",
+                     expanded=bool(st.session_state.get("fv_tune_open"))):
+        st.caption("Starts from every exact pass, greedily drops any pass whose removal is faster, then "
+                   "tries each onnxruntime level (and denormals-as-zero); only verified variants can win.")
+        c = st.columns([2, 2, 1])
+        budget = c[0].slider("Time budget (s)", 20, 600, step=10, **state.keep("tune_budget", 120))
+        per = c[1].slider("Seconds per variant", 0.2, 3.0, step=0.1, **state.keep("tune_min_time", 0.5))
+        if c[2].button("Run the search", key="tune_run", disabled=busy, type="primary"):
+            job = BenchJob(cancel=threading.Event(), kind="tune")
+            job.context = {"sha256": loaded.sha256}
+            job.thread = threading.Thread(target=_tune_worker, args=(job, loaded.proto, state.shapes(),
+                                                                      float(budget), float(per)),
+                                          name="fusionviz-tune", daemon=True)
+            st.session_state[state.BENCH_JOB] = job
+            job.thread.start()
+            st.rerun()
+        saved = st.session_state.get("fv_tune")
+        if not saved or saved.get("sha256") != loaded.sha256:
+            return
+        res = saved["result"]
+        st.success(f"Winner: {res.best.label()} — {res.best_ms:.2f} ms vs the original under ORT all "
+                   f"{res.baseline_ms:.2f} ms ({res.speedup:.2f}× faster), verified.")
+        steps = pd.DataFrame([s.as_dict() for s in res.steps])
+        if not steps.empty:
+            steps = steps[["phase", "label", "median_ms", "verified", "chosen", "note"]]
+            st.markdown("**Search path**")
+            st.bar_chart(steps.reset_index(), x="index", y="median_ms", height=220)
+            st.dataframe(steps, width="stretch")
+        if res.inactive_passes:
+            st.caption("Passes that changed nothing on this model: " + ", ".join(res.inactive_passes))
+        st.button("Use this selection", key="tune_apply", on_click=_apply_tune, args=(res,),
+                  icon=":material/done_all:")
 
 
 def body() -> None:
@@ -356,7 +405,8 @@ def body() -> None:
     if job is not None and (job.alive() or job.results is not None or job.error):
         _poll(job)
         return
-    if st.button("▶ Run benchmark", key="bench_run", type="primary"):
+    _tune(loaded, busy=False)
+    if st.button("Run benchmark", icon=":material/play_arrow:", key="bench_run", type="primary"):
         st.session_state["fv_bench_error"] = None
         _start(plan, loaded, result)
         _poll(st.session_state[state.BENCH_JOB])
@@ -378,7 +428,6 @@ def body() -> None:
     else:
         st.info("Choose variants and press Run. A 1-second run of two variants takes about 10 s.")
         _download_model(st.columns(3)[0], loaded)
-    _tune(loaded)
 
 
 def render() -> None:

@@ -139,12 +139,16 @@ def node_details(key: tuple, name: str, _model: onnx.ModelProto) -> dict:
     return _details(_model, name)
 
 
-@st.cache_resource(max_entries=8, show_spinner="Running onnxruntime's optimizer for reference...")
-def references(sha: str, shapes: tuple, _proto: onnx.ModelProto):
-    """``fusionviz.passes.reference.reference_models`` of a model (ORT levels, other optimizers)."""
-    from fusionviz.passes import reference
+@st.cache_resource(max_entries=16, show_spinner="Running onnxruntime's optimizer for reference...")
+def reference(sha: str, label: str, shapes: tuple, _proto: onnx.ModelProto):
+    """One reference model (``ort:LEVEL``, ``onnxslim``, ...) from
+    ``fusionviz.passes.reference.reference_models``: a ModelProto, or the tool's FusionvizError."""
+    from fusionviz.passes import reference as ref
 
-    try:
-        return reference.reference_models(_proto, shapes={k: list(v) for k, v in shapes} or None)
-    except TypeError:
-        return reference.reference_models(_proto)
+    if label.startswith("ort:"):
+        tools, levels = [], [label.split(":", 1)[1]]
+    else:
+        tools, levels = [label], []
+    out = ref.reference_models(_proto, shapes={k: list(v) for k, v in shapes} or None,
+                               tools=tools, levels=levels)
+    return out.get(label)

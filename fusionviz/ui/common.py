@@ -30,11 +30,12 @@ PAGES = {
     "learn": "fusionviz/ui/learn_page.py",
 }
 
+# (label, fill, border): the same colours graphview draws (graphview.dot.STATUS_STYLE).
 LEGEND = (
-    ("fused / new", "#2e9e44"),
-    ("removed", "#d1453b"),
-    ("changed", "#e8a317"),
-    ("unchanged", "#9aa5b1"),
+    ("fused / new", "#b7efc5", "#1b873f"),
+    ("removed", "#ffc9c9", "#c62828"),
+    ("changed", "#ffe2a8", "#d97706"),
+    ("unchanged (colour = op family)", "#ffffff", "#7a7a7a"),
 )
 
 
@@ -120,15 +121,16 @@ def pipeline_key(loaded, names) -> tuple:
 def legend(counts: dict | None = None) -> None:
     """The diff colour legend, with counts when given."""
     keys = {"fused / new": ("fused", "added"), "removed": ("removed",), "changed": ("changed",),
-            "unchanged": ("unchanged",)}
+            "unchanged (colour = op family)": ("unchanged",)}
     parts = []
-    for label, colour in LEGEND:
+    for label, fill, border in LEGEND:
         n = ""
         if counts:
             n = f" <b>{sum(int(counts.get(k, 0)) for k in keys[label])}</b>"
         parts.append(
-            f"<span style='display:inline-block;width:0.9em;height:0.9em;background:{colour};"
-            f"border-radius:2px;margin:0 0.3em 0 0.9em;vertical-align:middle'></span>{label}{n}"
+            f"<span style='display:inline-block;width:1.1em;height:0.8em;background:{fill};"
+            f"border:2px solid {border};border-radius:3px;margin:0 0.35em 0 1em;"
+            f"vertical-align:middle'></span>{label}{n}"
         )
     st.markdown("<div style='font-size:0.9em'>" + "".join(parts) + "</div>", unsafe_allow_html=True)
 
@@ -142,32 +144,51 @@ def render_options(**overrides) -> tuple:
         "hops": int(opts.get("hops", 2)),
         "changed_only": bool(opts.get("changed_only", False)),
         "max_nodes": 400,
+        "legend": False,
+        "expanded": tuple(opts.get("expanded", ())),
     }
     d.update(overrides)
     return tuple(sorted(d.items()))
 
 
-def show_graph(rendered, *, key: str, height: int = 620) -> str | None:
-    """Rule 2: draw ``rendered`` (a graphview Rendered); return the clicked node name, if any."""
+def show_graph(rendered, *, key: str, height: int = 620) -> tuple[str, str] | None:
+    """Rule 2: draw ``rendered`` (a graphview Rendered).
+
+    Returns:
+        ("node", node name) or ("scope", scope path) for the last click in the pan/zoom viewer,
+        else None (also always None with the ``st.graphviz_chart`` fallback, which has no clicks).
+    """
     if getattr(rendered, "note", ""):
         st.caption(rendered.note)
-    clicked = None
-    drawn = False
     try:
-        from fusionviz.ui.graph_component import graph_viewer
+        from fusionviz.ui.graph_component import graph_click
 
         svg = cache.svg(rendered.dot)
-        clicked = graph_viewer(svg, key=key, height=height)
-        drawn = True
     except ImportError:
-        pass
+        logger.info("graph component missing; drawing with st.graphviz_chart")
     except errors.FusionvizError as exc:
         logger.info("server-side layout failed, drawing in the browser: %s", exc)
     except Exception:  # noqa: BLE001 - fall back to the browser renderer
-        logger.exception("graph component failed; falling back to st.graphviz_chart")
-    if not drawn:
-        st.graphviz_chart(rendered.dot, width="stretch")
-    return clicked or None
+        logger.exception("server-side layout failed; falling back to st.graphviz_chart")
+    else:
+        try:
+            return graph_click(svg, key=key, height=height, selected=st.session_state.get(state.SELECTED))
+        except Exception:  # noqa: BLE001 - fall back to the browser renderer
+            logger.exception("graph component failed; falling back to st.graphviz_chart")
+    st.graphviz_chart(rendered.dot, width="stretch")
+    return None
+
+
+def toggle_scope(path: str) -> None:
+    """Open a collapsed block (or close an open one)."""
+    opts = dict(st.session_state.get(state.GRAPH_OPTS) or {})
+    expanded = list(opts.get("expanded", ()))
+    if path in expanded:
+        expanded.remove(path)
+    else:
+        expanded.append(path)
+    opts["expanded"] = expanded
+    st.session_state[state.GRAPH_OPTS] = opts
 
 
 def fmt_bytes(n: float | int | None) -> str:

@@ -15,23 +15,14 @@ logger = logging.getLogger(__name__)
 ORT_LEVELS = ("basic", "extended", "layout", "all")
 
 
-def reference_graphs(loaded) -> dict[str, onnx.ModelProto]:
-    """ORT's own optimized graphs (and other reference optimizers), label -> model.
-
-    Empty when the reference module is not available or fails (the page says so).
-    """
-    try:
-        refs = cache.references(loaded.sha256, state.shapes_key(), loaded.proto)
-    except ImportError:
-        return {}
-    out: dict[str, onnx.ModelProto] = {}
-    items = refs.items() if isinstance(refs, dict) else [(getattr(r, "label", getattr(r, "name", str(i))), r)
-                                                         for i, r in enumerate(refs)]
-    for label, r in items:
-        proto = r if isinstance(r, onnx.ModelProto) else getattr(r, "model", None) or getattr(r, "proto", None)
-        if isinstance(proto, onnx.ModelProto):
-            out[str(label)] = proto
-    return out
+def reference_graph(loaded, level: str, original: onnx.ModelProto) -> onnx.ModelProto:
+    """onnxruntime's own optimized graph of ``original`` at ``level`` (cached per model hash)."""
+    got = cache.reference(loaded.sha256, f"ort:{level}", state.shapes_key(), original)
+    if isinstance(got, errors.FusionvizError):
+        raise got
+    if not isinstance(got, onnx.ModelProto):
+        raise errors.PassError(f"onnxruntime's '{level}' graph is not available for this model.")
+    return got
 
 
 def compare_options(result) -> dict[str, str]:
@@ -55,16 +46,14 @@ def pick_pair(loaded, result, choice: str):
                 f"Before and after pass **{result.reports[k - 1].title}** (step {k} of {len(result.reports)})."
     if choice.startswith("ort:"):
         level = choice.split(":", 1)[1]
-        refs = reference_graphs(loaded)
-        match = next((v for lbl, v in refs.items() if lbl.lower() in (f"ort_{level}", f"ort-{level}",
-                                                                       f"ort {level}", level)), None)
-        if match is None:
-            match = next((v for lbl, v in refs.items() if level in lbl.lower() and "ort" in lbl.lower()), None)
-        if match is not None:
+        try:
+            match = reference_graph(loaded, level, result.original)
+        except errors.FusionvizError as exc:
+            st.warning(f"{exc} Showing original → current instead.")
+        else:
             return result.original, match, (loaded.sha256, "ort", level, state.shapes_key()), \
                 f"The original model and the graph onnxruntime itself produces at level **{level}** " \
-                "(saved with `optimized_model_filepath`)."
-        st.warning(f"onnxruntime's '{level}' graph is not available for this model; showing original → current.")
+                "(saved with `optimized_model_filepath`; 'layout'/'all' use this CPU's NCHWc kernels)."
     return result.original, result.final, (*common.pipeline_key(loaded, state.passes()), "final"), \
         f"The original model and the model after the **{len(result.reports)} selected passes**."
 
@@ -183,6 +172,7 @@ def _draw_side_unguarded(model, diff, side: str, key: tuple, focus: str | None, 
     opts = common.render_options(focus=_side_focus(model, focus, diff, side))
     rendered = cache.render(key, side, opts, model, diff)
     st.caption(f"{rendered.drawn} of {rendered.total} nodes drawn")
+    st.session_state.setdefault("fv_scopes", {})[side] = dict(getattr(rendered, "scope_ids", {}) or {})
     return common.show_graph(rendered, key=f"graph_{side}", height=height)
 
 
@@ -205,6 +195,25 @@ def _details(before, after, diff, pair_key: tuple) -> None:
     c1, c2 = st.columns([1, 1])
     c1.button("Focus here", key="graph_details_focus", on_click=_set_focus, args=(name,))
     st.json(details, expanded=1)
+
+
+def _set_expanded() -> None:
+    opts = dict(st.session_state.get(state.GRAPH_OPTS) or {})
+    opts["expanded"] = list(st.session_state["graph_expanded"])
+    st.session_state[state.GRAPH_OPTS] = opts
+
+
+def _blocks() -> None:
+    """Open collapsed blocks by name (clicking a block in the pan/zoom view does the same)."""
+    scopes = st.session_state.get("fv_scopes") or {}
+    paths = sorted({p for side in scopes.values() for p in side.values()})
+    opened = list((st.session_state.get(state.GRAPH_OPTS) or {}).get("expanded", ()))
+    if not paths and not opened:
+        return
+    options = sorted(set(paths) | set(opened))
+    state.seed("graph_expanded", [p for p in opened if p in options])
+    st.multiselect("Open collapsed blocks", options, key="graph_expanded", on_change=_set_expanded,
+                   help="Blocks are name scopes drawn as one box; open one to see its nodes.")
 
 
 def body() -> None:
@@ -237,8 +246,14 @@ def body() -> None:
             st.markdown("##### After")
             c = _draw_side(after, diff, "after", key, focus, 680)
             clicked = c or clicked
-    if clicked and clicked != st.session_state.get(state.SELECTED):
-        st.session_state[state.SELECTED] = clicked
+    if clicked is not None:
+        kind, value = clicked
+        if kind == "scope":
+            common.toggle_scope(value)
+            st.rerun()
+        elif value != st.session_state.get(state.SELECTED):
+            st.session_state[state.SELECTED] = value
+    _blocks()
     with st.expander("Node details", expanded=bool(st.session_state.get(state.SELECTED))):
         try:
             _details(before, after, diff, key)

@@ -177,11 +177,11 @@ def tour_sidebar() -> None:
     st.markdown(f"**Tour {i + 1}/{len(CONCEPTS)}: {c.title}**")
     st.caption(c.text)
     b = st.columns(3)
-    if b[0].button("◀", key="tour_prev", disabled=i == 0, help="Previous step"):
+    if b[0].button("", icon=":material/arrow_back:", key="tour_prev", disabled=i == 0, help="Previous step"):
         _tour_go(i - 1)
-    if b[1].button("▶", key="tour_next", disabled=i == len(CONCEPTS) - 1, help="Next step"):
+    if b[1].button("", icon=":material/arrow_forward:", key="tour_next", disabled=i == len(CONCEPTS) - 1, help="Next step"):
         _tour_go(i + 1)
-    if b[2].button("✕", key="tour_exit", help="End the tour"):
+    if b[2].button("", icon=":material/close:", key="tour_exit", help="End the tour"):
         st.session_state[state.TOUR] = None
         st.rerun()
 
@@ -193,7 +193,7 @@ def body() -> None:
                 "**Show me** loads a sample, switches on the passes that demonstrate it and opens the "
                 "view focused on the first change.")
     t1, t2 = st.columns([1, 3])
-    if t1.button("▶ Start the guided tour", key="tour_start", type="primary", width="stretch"):
+    if t1.button("Start the guided tour", icon=":material/play_arrow:", key="tour_start", type="primary", width="stretch"):
         _tour_go(0)
     t2.caption(f"{TOUR_INTRO[1]}")
     for c in CONCEPTS:

@@ -32,7 +32,7 @@ def _gallery() -> None:
     for i, s in enumerate(items):
         with cols[i % 3].container(border=True):
             current = origin.get("kind") == "sample" and origin.get("name") == s.name
-            st.markdown(f"**{s.title}**" + ("  ✅" if current else ""))
+            st.markdown(f"**{s.title}**" + ("  :green-badge[:material/check: open]" if current else ""))
             st.caption(s.description)
             st.button("Open" if not current else "Open again", key=f"sample_{s.name}",
                       on_click=_load_sample, args=(s.name,), width="stretch",

@@ -96,8 +96,9 @@ def _tune_button(col) -> None:
         from fusionviz import tune  # noqa: F401
     except ImportError:
         return
-    if col.button("Auto what-if ⚡", key="tune_btn", width="stretch",
+    if col.button("Auto what-if", icon=":material/bolt:", key="tune_btn", width="stretch",
                   help="Search pass subsets × ORT level for the fastest variant that still verifies."):
+        st.session_state["fv_tune_open"] = True
         common.switch("bench")
 
 
@@ -115,7 +116,7 @@ def _toggles() -> None:
                 c1, c2 = st.columns([6, 1], vertical_alignment="center")
                 c1.toggle(p.title, key=key, on_change=_toggle, args=(p.name,),
                           help=None if p.exact else "Changes the numbers: verification reports the error.")
-                with c2.popover("ⓘ", width="stretch"):
+                with c2.popover("", icon=":material/info:", help="What it does and why it is faster"):
                     st.markdown(f"**{p.title}** · `{p.name}` · {cat}")
                     st.markdown(p.explain or "_No explanation yet._")
 
@@ -168,11 +169,12 @@ def _verify(loaded, result, slot) -> None:
     if v.error:
         slot.metric("Verification", "not run", help=v.summary())
     elif v.ok:
-        slot.metric("Verification", "✅ equal", f"max rel {v.max_rel_diff:.1e}", delta_color="off",
-                    help=v.summary())
+        slot.metric("Verification", "equal", f"max rel {v.max_rel_diff:.1e}", delta_color="off",
+                    delta_arrow="off", icon=":material/check_circle:", help=v.summary())
     else:
-        slot.metric("Verification", "⚠️ differs" if not exact else "❌ different",
-                    f"max rel {v.max_rel_diff:.1e}", delta_color="off", help=v.summary())
+        slot.metric("Verification", "differs" if not exact else "DIFFERENT",
+                    f"max rel {v.max_rel_diff:.1e}", delta_color="off", delta_arrow="off",
+                    icon=":material/warning:" if not exact else ":material/error:", help=v.summary())
 
 
 def _change_target(ch) -> str | None:
@@ -189,7 +191,7 @@ def _changes(result) -> None:
         head = (f"{k}. {rep.title} — {n} change{'s' if n != 1 else ''} · nodes {rep.nodes_before} → "
                 f"{rep.nodes_after} · {rep.seconds * 1000:.0f} ms")
         if rep.error:
-            head += " · ⚠️ skipped"
+            head += " · :material/warning: skipped"
         with st.expander(head, expanded=False):
             if rep.error:
                 st.warning(f"This pass failed and was skipped: {rep.error}")
@@ -199,7 +201,8 @@ def _changes(result) -> None:
                 c1, c2 = st.columns([8, 1], vertical_alignment="center")
                 c1.markdown(f"`{ch.kind.value}` {ch.describe().split(': ', 1)[-1]}")
                 target = _change_target(ch)
-                if target and c2.button("🔍", key=f"chg_{k}_{j}", help="Focus the graph on this change"):
+                if target and c2.button("", icon=":material/center_focus_strong:", key=f"chg_{k}_{j}",
+                                        help="Focus the graph on this change"):
                     st.session_state[state.FOCUS] = target
                     st.session_state[state.SELECTED] = target
                     st.session_state[state.COMPARE] = f"step:{k}"
@@ -215,7 +218,17 @@ def _graph(loaded, result) -> None:
     rendered = cache.render(key, "after", common.render_options(focus=None), result.final, diff)
     st.caption(f"After the selected passes: {rendered.drawn} of {rendered.total} nodes drawn; "
                "colours compare with the original.")
-    common.show_graph(rendered, key="passes_graph", height=640)
+    clicked = common.show_graph(rendered, key="passes_graph", height=640)
+    if clicked is not None:
+        kind, value = clicked
+        if kind == "scope":
+            common.toggle_scope(value)
+            st.rerun()
+        st.session_state[state.SELECTED] = value
+        if st.button(f"Details of {value} on the Graph page", key="passes_to_graph",
+                     icon=":material/arrow_forward:"):
+            st.session_state[state.FOCUS] = value
+            common.switch("graph")
 
 
 def body() -> None:

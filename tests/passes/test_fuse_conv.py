@@ -78,8 +78,9 @@ def test_conv_bn_relu_ends_as_one_fused_conv_with_provenance():
     assert [c.kind for r in result.reports for c in r.changes] == [ChangeKind.FUSED, ChangeKind.FUSED]
     assert any(o.domain == "com.microsoft" for o in result.final.opset_import)
     onnx.checker.check_model(result.final)
-    # BN parameters no longer referenced are dropped, the folded weights stay
-    assert {i.name for i in result.final.graph.initializer} == {"W", "B"}
+    # the folded weight and bias replace the old ones; BN parameters are dropped
+    inits = {i.name for i in result.final.graph.initializer}
+    assert len(inits) == 2 and not inits & {"W", "B", "gamma", "beta", "mean", "var"}
     assert_equal_outputs(result)
 
 
@@ -169,6 +170,22 @@ def test_fold_batchnorm_must_not_fold(case):
     assert result.reports[0].error is None
     assert result.reports[0].changes == ()
     assert ops(result.final) == ops(model)
+
+
+def test_fold_batchnorm_folds_when_only_the_bias_is_shared():
+    """Exporters and initializer de-duplication share all-zero biases; the fold gets its own copy."""
+    text = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,3,8,8] x) => (float[1,4,6,6] y, float[1,4,6,6] z) {
+  c = Conv (x, W, B)
+  y = BatchNormalization (c, gamma, beta, mean, var)
+  z = Conv (x, W2, B)
+}"""
+    model = build(text, W=rand(4, 3, 3, 3), W2=rand(4, 3, 3, 3, seed=9), B=np.zeros(4, np.float32), **bn_params(4))
+    result = run_pipeline(model, ["fold_batchnorm"])
+    assert ops(result.final) == ["Conv", "Conv"]
+    assert result.final.graph.node[1].input[2] == "B"  # the other Conv keeps the shared bias
+    assert_equal_outputs(result)
 
 
 def test_fold_batchnorm_skips_matmul_on_rank3_input():

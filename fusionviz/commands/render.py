@@ -1,0 +1,77 @@
+"""`render MODEL [--diff OTHER.onnx] [--focus NODE --hops K] [--collapse] [--changed-only] -o OUT.(dot|svg)`.
+
+MODEL is drawn; with ``--diff OTHER``, MODEL is the *before* snapshot and OTHER the *after*
+one, and the picture is OTHER with its fused/new/changed nodes highlighted (``--side before``
+draws MODEL with the removed nodes highlighted instead). SVG is laid out in-process by pygraphviz;
+when it is missing the command says so and exits 2 (write .dot instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from fusionviz import errors
+from fusionviz.commands._common import add_model_arg, load_model_arg
+
+logger = logging.getLogger(__name__)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("render", help="draw the graph (or the diff of two models) as DOT or SVG")
+    add_model_arg(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT.(dot|svg)", help="output file")
+    p.add_argument("--diff", metavar="OTHER.onnx", help="the 'after' model: highlight what changed")
+    p.add_argument("--side", choices=("after", "before"), default="after",
+                   help="with --diff: draw the after model (default) or the before model")
+    p.add_argument("--focus", metavar="NODE", help="draw only NODE and its neighbours")
+    p.add_argument("--hops", type=int, default=2, metavar="K", help="neighbourhood size for --focus")
+    p.add_argument("--collapse", action="store_true", help="draw name scopes as boxes")
+    p.add_argument("--expand", action="append", default=[], metavar="SCOPE",
+                   help="with --collapse: keep SCOPE open (repeatable)")
+    p.add_argument("--changed-only", action="store_true", help="with --diff: only changed regions")
+    p.add_argument("--context-hops", type=int, default=1, metavar="K",
+                   help="neighbours kept around changes with --changed-only")
+    p.add_argument("--max-nodes", type=int, default=None, metavar="N", help="cap on drawn nodes")
+    p.add_argument("--rankdir", choices=("TB", "LR"), default="TB", help="layout direction")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from fusionviz.graphview import RenderOptions, diff_models, render_graph, render_svg
+
+    out = Path(args.output)
+    fmt = out.suffix.lower().lstrip(".")
+    if fmt not in ("dot", "gv", "svg"):
+        raise errors.RenderError(f"Output must end in .dot or .svg, not '{out.suffix or out.name}'.")
+    if args.hops < 0 or args.context_hops < 0:
+        raise errors.RenderError("--hops and --context-hops must be 0 or more.")
+    if args.max_nodes is not None and args.max_nodes < 1:
+        raise errors.RenderError("--max-nodes must be at least 1.")
+    if args.changed_only and not args.diff:
+        raise errors.RenderError("--changed-only needs --diff OTHER.onnx to compare against.")
+    model = load_model_arg(args.model).proto
+    diff = None
+    if args.diff:
+        other = load_model_arg(args.diff).proto
+        diff = diff_models(model, other)
+        if args.side == "after":
+            model = other
+    kw = {} if args.max_nodes is None else {"max_nodes": args.max_nodes}
+    options = RenderOptions(collapse=args.collapse, expanded=tuple(args.expand), focus=args.focus,
+                            hops=args.hops, changed_only=args.changed_only,
+                            context_hops=args.context_hops, rankdir=args.rankdir, **kw)
+    rendered = render_graph(model, diff=diff, side=args.side, options=options)
+    text = rendered.dot if fmt in ("dot", "gv") else render_svg(rendered.dot)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise errors.RenderError(f"Cannot write '{out}': {exc.strerror}.") from None
+    msg = f"wrote {out} ({rendered.drawn:,} of {rendered.total:,} nodes drawn)"
+    if diff is not None:
+        msg += "; " + diff.summary()
+    sys.stderr.write(msg + "\n")
+    if rendered.note:
+        sys.stderr.write(f"note: {rendered.note}\n")
+    return 0

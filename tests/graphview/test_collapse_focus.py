@@ -1,0 +1,82 @@
+"""Focus, changed-only, collapse by scope, and the hard cap."""
+
+from __future__ import annotations
+
+import pytest
+from gv_helpers import op_nodes, parse_dot
+
+from fusionviz import errors
+from fusionviz.graphview import RenderOptions, diff_models, render_graph
+from fusionviz.graphview.synthetic import NODES_PER_LAYER, transformer_model, transformer_with_nodes
+
+
+@pytest.fixture(scope="module")
+def tf4():
+    return transformer_model(8)  # 8 layers: the mask is a hub
+
+
+def test_focus_hops(tf4):
+    name = "/encoder/layer.2/attention/self/Softmax"
+    r0 = render_graph(tf4, options=RenderOptions(focus=name, hops=0))
+    assert r0.drawn == 1 and r0.focus == name
+    r1 = render_graph(tf4, options=RenderOptions(focus=name, hops=1))
+    assert set(r1.node_ids.values()) == {name, "/encoder/layer.2/attention/self/Add",
+                                         "/encoder/layer.2/attention/self/MatMul_1"}
+    r2 = render_graph(tf4, options=RenderOptions(focus=name, hops=2))
+    assert r2.drawn > r1.drawn
+    # hub tensor (attention mask) is not walked: nothing from other layers comes in
+    assert all("layer.2" in k for k in r2.node_ids.values())
+    # cut edges are shown as stubs
+    assert "⋯" in r2.dot
+
+
+def test_focus_by_short_unique_name_and_unknown(tf4):
+    r = render_graph(tf4, options=RenderOptions(focus="embeddings/word_embeddings/Gather", hops=1))
+    assert r.focus == "/embeddings/word_embeddings/Gather"
+    with pytest.raises(errors.RenderError, match="No node named"):
+        render_graph(tf4, options=RenderOptions(focus="does_not_exist"))
+
+
+def test_collapse_boxes_and_expand():
+    m = transformer_model(90)  # ~3,000 nodes
+    r = render_graph(m, options=RenderOptions(collapse=True))
+    assert r.total == len(m.graph.node)
+    assert "encoder/layer.5" in r.scope_ids.values()
+    assert r.drawn < 120 and r.note is None
+    g = parse_dot(r.dot)
+    box = next(n for n in g.nodes() if r.scope_ids.get(n.attr.get("id")) == "encoder/layer.5")
+    assert f"{NODES_PER_LAYER} nodes" in box.attr["label"]
+    r2 = render_graph(m, options=RenderOptions(collapse=True, expanded=("encoder/layer.5",)))
+    assert "encoder/layer.5" not in r2.scope_ids.values()
+    assert r2.drawn > r.drawn
+    assert any(k.startswith("encoder/layer.5/") for k in r2.scope_ids.values())
+
+
+def test_changed_only_with_context():
+    m = transformer_model(3)
+    after = transformer_model(3)
+    node = next(n for n in after.graph.node if n.name == "/encoder/layer.1/attention/self/Softmax")
+    node.attribute[0].i = 3  # axis -1 -> 3: same meaning, different attribute: "changed"
+    target = node.name
+    d = diff_models(m, after)
+    changed = [k for k, s in d.status_after.items() if s != "unchanged"]
+    assert changed == [target]
+    r = render_graph(after, diff=d, options=RenderOptions(changed_only=True, context_hops=1))
+    assert target in r.node_ids.values() and 1 < r.drawn <= 5
+    with pytest.raises(errors.RenderError):
+        render_graph(after, options=RenderOptions(changed_only=True))
+
+
+def test_cap_holds_on_5000_nodes(monkeypatch):
+    m = transformer_with_nodes(5000)
+    assert len(m.graph.node) >= 5000
+    r = render_graph(m)
+    assert r.drawn == 400 and r.total == len(m.graph.node)
+    assert r.note and "showing 400" in r.note and f"{r.total:,} nodes" in r.note
+    g = parse_dot(r.dot)
+    assert len(op_nodes(g)) == 400
+    monkeypatch.setenv("FUSIONVIZ_MAX_DRAW_NODES", "50")
+    r50 = render_graph(m)
+    assert r50.drawn == 50
+    rc = render_graph(m, options=RenderOptions(collapse=True, max_nodes=20))
+    assert rc.drawn == 20 and "expand fewer scopes" in rc.note

@@ -1,0 +1,85 @@
+"""Golden-structure tests: what a small model looks like as DOT."""
+
+from __future__ import annotations
+
+import onnx
+import onnx.parser
+from gv_helpers import conv_bn_relu, op_nodes, parse_dot
+
+from fusionviz.graphview import RenderOptions, render_graph
+from fusionviz.graphview.dot import FAMILY_FILL
+from fusionviz.graphview.model_graph import build_display_graph, scope_from_name
+
+
+def test_conv_bn_relu_structure():
+    r = render_graph(conv_bn_relu())
+    g = parse_dot(r.dot)
+    ops = op_nodes(g)
+    assert len(ops) == 3 and r.drawn == 3 and r.total == 3 and r.note is None
+    # weights are folded into labels, never drawn: 3 op nodes + input + output + legend
+    assert len(g.nodes()) == 6
+    # x -> Conv -> BN -> Relu -> y
+    assert len(g.edges()) == 4
+    by_name = {r.node_ids[n.attr["id"]]: n for n in ops}
+    conv = by_name["Conv_12"]
+    assert "W 4×3×3×3" in conv.attr["label"] and "k" in conv.attr["label"]
+    assert conv.attr["fillcolor"] == FAMILY_FILL["conv"]
+    assert by_name["BatchNormalization_13"].attr["fillcolor"] == FAMILY_FILL["norm"]
+    assert by_name["Relu_14"].attr["fillcolor"] == FAMILY_FILL["activation"]
+    labels = [e.attr.get("label") for e in g.edges()]
+    assert "1×4×8×8 f32" in labels and "1×3×8×8 f32" in labels
+    shapes = {n.attr.get("shape") for n in g.nodes() if not n.attr.get("id")}
+    assert {"invhouse", "house"} <= shapes
+
+
+def test_constant_weights_folded_and_symbolic_dims():
+    m = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[N, 4] x) => (float[N, 2] y) {
+        w = Constant <value = float[4, 2] {1,2,3,4,5,6,7,8}> ()
+        s = Constant <value = int64[2] {-1, 2}> ()
+        m = MatMul (x, w)
+        y = Reshape (m, s)
+    }""")
+    r = render_graph(m)
+    g = parse_dot(r.dot)
+    assert r.drawn == 2 and len(op_nodes(g)) == 2
+    labels = " ".join(n.attr["label"] for n in op_nodes(g))
+    assert "B 4×2" in labels and "shape [-1,2]" in labels
+    assert "N×2 f32" in [e.attr.get("label") for e in g.edges()]
+
+
+def test_if_subgraph_is_a_collapsed_box():
+    m = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (bool c, float[2] x) => (float[2] y) {
+        y = If (c) <
+            then_branch = t () => (float[2] a) { a = Relu (x) },
+            else_branch = e () => (float[2] b) { b1 = Neg (x)  b = Abs (b1) }
+        >
+    }""")
+    r = render_graph(m)
+    g = parse_dot(r.dot)
+    (node,) = op_nodes(g)
+    assert "then_branch: 1 nodes" in node.attr["label"] and "else_branch: 2 nodes" in node.attr["label"]
+
+
+def test_scopes_from_names():
+    assert scope_from_name("/encoder/layer.3/attention/self/MatMul") == ("encoder", "layer.3", "attention", "self")
+    assert scope_from_name("layers.0.c1.conv") == ("layers.0", "c1")
+    assert scope_from_name("Conv_12") == ()
+    assert scope_from_name("") == ()
+
+
+def test_hub_tensor_not_drawn_as_edges():
+    from fusionviz.graphview.synthetic import transformer_model
+
+    m = transformer_model(8)
+    dg = build_display_graph(m)
+    assert "ext_mask" in dg.hubs
+    r = render_graph(m, options=RenderOptions(max_nodes=10_000))
+    g = parse_dot(r.dot)
+    mask_producer = next(n for n in g.nodes() if r.node_ids.get(n.attr.get("id")) == "/embeddings/mask/Mul")
+    # the hub's producer has no drawn out-edges; every consumer names the hub in its label
+    assert g.out_degree(mask_producer) == 0
+    assert sum("ext_mask (hub ×8)" in n.attr.get("label", "") for n in g.nodes()) == 8

@@ -1,0 +1,122 @@
+"""fusionviz.tune: the search logic (with a deterministic fake benchmark) and one real tiny run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper as onh
+import pytest
+
+import fusionviz.bench as bench
+from fusionviz import cli, errors
+from fusionviz.bench import BenchResult, compute_stats
+from fusionviz.passes import run_pipeline
+from fusionviz.tune import tune
+from fusionviz.verify import verify
+
+
+def _tiny() -> onnx.ModelProto:
+    """Conv + BatchNorm + Relu behind an Identity: several exact passes change it."""
+    rng = np.random.default_rng(0)
+    inits = [
+        onh.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+        onh.from_array(np.ones(4, np.float32), "g"),
+        onh.from_array(np.zeros(4, np.float32), "b"),
+        onh.from_array(np.zeros(4, np.float32), "mean"),
+        onh.from_array(np.ones(4, np.float32), "var"),
+    ]
+    nodes = [
+        oh.make_node("Identity", ["x"], ["xi"], name="id"),
+        oh.make_node("Conv", ["xi", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        oh.make_node("BatchNormalization", ["c", "g", "b", "mean", "var"], ["bn"], name="bn"),
+        oh.make_node("Relu", ["bn"], ["y"], name="relu"),
+    ]
+    g = oh.make_graph(nodes, "tiny", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+                      [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def _fake_bench(cost):
+    """A run_benchmark stand-in: latency = cost(passes, settings); verification always ok."""
+    calls = []
+
+    def run(variants, **kw):
+        calls.append([v.label for v in variants])
+        out = []
+        for v in variants:
+            ms = cost(v.passes, v.settings)
+            out.append(BenchResult(v.label, v.passes, v.settings, compute_stats([ms] * 5), {},
+                                   verify={"ok": True, "max_rel_diff": 0.0}))
+        return out
+
+    return run, calls
+
+
+def test_greedy_drops_a_pass_that_slows_things_down_then_picks_the_level(monkeypatch):
+    def cost(passes, settings):
+        ms = 10.0 - 0.5 * len(passes)
+        if "fold_batchnorm" in passes:
+            ms += 3.0  # pretend this fusion hurts: the search must drop it
+        if settings.level == "extended":
+            ms -= 1.0
+        return ms
+
+    run, calls = _fake_bench(cost)
+    monkeypatch.setattr(bench, "run_benchmark", run)
+    result = tune(_tiny(), budget_s=1000, min_time_s=0.01)
+    assert "fold_batchnorm" not in result.best.passes
+    assert result.best.level == "extended"
+    drops = [s for s in result.steps if s.chosen and s.phase.startswith("drop")]
+    assert [s.phase for s in drops] == ["drop fold_batchnorm"]
+    assert len(calls) >= 3  # greedy rounds, then the level round
+    assert result.best_ms == pytest.approx(cost(result.best.passes, bench.Settings("extended")))
+    assert json.dumps(result.as_dict())
+
+
+def test_unverified_variants_never_win(monkeypatch):
+    def run(variants, **kw):
+        out = []
+        for v in variants:
+            bad = v.settings.level == "off"  # fastest, but wrong
+            out.append(BenchResult(v.label, v.passes, v.settings, compute_stats([1.0 if bad else 5.0] * 5), {},
+                                   verify={"ok": not bad, "max_rel_diff": 1.0 if bad else 0.0}))
+        return out
+
+    monkeypatch.setattr(bench, "run_benchmark", run)
+    result = tune(_tiny(), budget_s=1000, min_time_s=0.01)
+    assert result.best.level != "off"
+    assert any(s.config.level == "off" and not s.verified for s in result.steps)
+
+
+def test_budget_bounds_the_greedy_phase(monkeypatch):
+    run, calls = _fake_bench(lambda passes, settings: 10.0 - len(passes))
+    monkeypatch.setattr(bench, "run_benchmark", run)
+    result = tune(_tiny(), budget_s=0.001, min_time_s=0.01)
+    assert result.budget_exhausted
+    assert len(calls) == 1  # only the level round ran
+
+
+def test_tune_rejects_precision_passes():
+    with pytest.raises(errors.InputSpecError):
+        tune(_tiny(), passes=["fp16"], budget_s=10)
+
+
+def test_cli_tune_on_tiny_model_returns_verified_winner(tmp_path, capsys):
+    path = tmp_path / "tiny.onnx"
+    path.write_bytes(_tiny().SerializeToString())
+    out = tmp_path / "tune.json"
+    assert cli.main(["tune", str(path), "--budget-s", "8", "--min-time-s", "0.05", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["best"]["level"] in ("off", "basic", "extended", "all")
+    assert data["steps"] and "best:" in capsys.readouterr().err
+    # a real (tiny) search: the chosen variant verified, and its passes keep the outputs equal
+    (winner,) = [s for s in data["steps"] if s["chosen"] and s["phase"] in ("level", "denormal", "baseline")]
+    assert winner["verified"] and winner["median_ms"] > 0 and data["baseline_ms"] > 0
+    model = _tiny()
+    assert verify(model, run_pipeline(model, data["best"]["passes"]).final).ok
+    assert cli.main(["tune", str(path), "--budget-s", "0"]) == 2
