@@ -138,9 +138,15 @@ def _wrap(items: list[str], width: int = 34) -> list[str]:
     return lines
 
 
+def _tail(name: str) -> str:
+    """Last two parts of a scoped name: "/layer1/layer1.0/conv1/Conv" → "conv1/Conv"."""
+    parts = [p for p in name.split("/") if p]
+    return "/".join(parts[-2:]) if len(parts) > 1 else name
+
+
 def provenance_text(names: list[str], limit: int = 4) -> str:
     """Rule 2: "← A + B + C", or "← 12 nodes: A + B + … + L" for long lists."""
-    short = [D.shorten(n, 28) for n in names]
+    short = [D.shorten(_tail(D.clean(n)), 28) for n in names]
     if len(short) <= limit:
         return "← " + " + ".join(short)
     return f"← {len(short)} nodes: " + " + ".join(short[:2]) + " + … + " + short[-1]
@@ -181,7 +187,7 @@ def _node_lines(n: DisplayNode, status: str | None, diff: GraphDiff | None, side
                 lines.append(("changed", "#8a4b00", 9, True))
         elif side == "before" and status == "removed":
             into = diff.fused_into.get(n.key)
-            text = f"fused into {D.shorten(into, 30)}" if into else "removed"
+            text = f"fused into {D.shorten(_tail(D.clean(into)), 30)}" if into else "removed"
             lines.append((text, "#a11a1a", 9, True))
         elif side == "before" and status == "changed":
             lines.append(("changed", "#8a4b00", 9, True))
@@ -368,12 +374,14 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
         if len(stub_of) >= MAX_STUBS:
             if not shared_stub:
                 shared_stub.append("xs")
-                terminals.append("  xs " + D.attrs(label="⋯", shape="plaintext", fontcolor="#777777") + ";")
+                terminals.append("  xs " + D.attrs(label="⋯", shape="plaintext", fontcolor="#777777",
+                                                   style="filled", fillcolor="white", color="white") + ";")
             return "xs"
         nm = f"x{len(stub_of)}"
         stub_of[t] = nm
         terminals.append(f"  {nm} " + D.attrs(label="⋯ " + D.shorten(D.clean(t), 24), shape="plaintext",
-                                                fontsize="9", fontcolor="#777777") + ";")
+                                                fontsize="9", fontcolor="#777777", style="filled",
+                                                fillcolor="white", color="white") + ";")
         return nm
 
     graph_inputs = set(dg.inputs)

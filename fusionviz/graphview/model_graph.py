@@ -10,8 +10,11 @@ Rules (the code points back to them):
 3. Tensor shapes and dtypes come from onnx shape inference (best effort); symbolic dims keep
    their names, unknown dims are ``?``.
 4. Subgraphs (If/Loop/Scan bodies) are shown collapsed in their node's label ("body: 12 nodes").
-5. A *hub* tensor (one value read by many nodes: an attention mask, a shape constant) is marked;
-   the DOT writer keeps it from constraining the layout.
+5. A *hub* tensor (one value read all over the graph: an attention mask, a shape constant) is
+   marked; the DOT writer keeps it from constraining the layout. A tensor is a hub when at least
+   ``HUB_MIN_CONSUMERS`` nodes read it, or at least 3 do and they lie far apart in model order
+   (more than ``HUB_SPAN`` nodes, or a fifth of the model): a layer input read by q, k, v and the
+   residual is not a hub; a mask read once per layer is.
 6. A node's *scope* comes from its name: ``/encoder/layer.3/attention/self/MatMul`` is in scope
    ``encoder/layer.3/attention/self``; ``layers.0.c1.conv`` is in ``layers.0/c1`` (numeric parts
    stay with the part before them). The dynamo exporter's ``pkg.torch.onnx.name_scopes`` metadata
@@ -38,6 +41,7 @@ TORCH_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 
 #: A tensor read by at least this many nodes is a hub (rule 5).
 HUB_MIN_CONSUMERS = 6
+HUB_SPAN = 60
 
 _DTYPE_SHORT = {
     "FLOAT": "f32", "FLOAT16": "f16", "BFLOAT16": "bf16", "DOUBLE": "f64", "INT64": "i64",
@@ -52,6 +56,8 @@ _ATTR_DEFAULTS: dict[str, object] = {
     "allowzero": 0, "auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0,
     "storage_order": 0, "noop_with_empty_axes": 0, "select_last_index": 0,
 }
+# Conv/pool attributes in a compact form: "k3×3 s2 p1 d2".
+_COMPACT = {"kernel_shape": ("k", "×"), "strides": ("s", ","), "pads": ("p", ","), "dilations": ("d", ",")}
 _HIDDEN_ATTRS = {"epsilon", "momentum", "training_mode", "spatial", "is_test"}
 
 
@@ -139,7 +145,8 @@ def _type_info(tp: onnx.TypeProto) -> tuple[str, str] | None:
         if d.HasField("dim_value"):
             dims.append(d.dim_value)
         elif d.HasField("dim_param"):
-            dims.append(d.dim_param)
+            # onnx shape inference invents "unk__12" for dims it cannot name: show them as "?"
+            dims.append("?" if d.dim_param.startswith("unk__") else d.dim_param)
         else:
             dims.append("?")
     return dtype, format_dims(dims)
@@ -252,7 +259,7 @@ def _format_value(v: object, limit: int = 28) -> str | None:
     return text
 
 
-def _format_attrs(node: onnx.NodeProto, max_items: int = 5) -> list[str]:
+def _format_attrs(node: onnx.NodeProto, max_items: int = 6) -> list[str]:
     out: list[str] = []
     for a in node.attribute:
         if a.name in _HIDDEN_ATTRS:
@@ -261,6 +268,8 @@ def _format_attrs(node: onnx.NodeProto, max_items: int = 5) -> list[str]:
             v = helper.get_attribute_value(a)
         except Exception:  # noqa: BLE001 - a malformed attribute is shown as '?'
             v = "?"
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
         if a.name in _ATTR_DEFAULTS and v == _ATTR_DEFAULTS[a.name]:
             continue
         if a.name in ("strides", "dilations") and isinstance(v, list) and all(x == 1 for x in v):
@@ -269,6 +278,11 @@ def _format_attrs(node: onnx.NodeProto, max_items: int = 5) -> list[str]:
             continue
         if a.name == "to" and isinstance(v, int):
             v = dtype_short(v)
+        if a.name in _COMPACT and isinstance(v, list) and v and all(isinstance(x, int) for x in v):
+            short, sep = _COMPACT[a.name]
+            same = len(set(v)) == 1 and a.name != "kernel_shape"
+            out.append(f"{short}{v[0] if same else sep.join(str(x) for x in v)}")
+            continue
         text = _format_value(v)
         if text is None:
             continue
@@ -402,7 +416,16 @@ def build_display_graph(model: onnx.ModelProto, *, inferred: onnx.ModelProto | N
         for o in dn.outputs:
             producer[o] = key
     graph_inputs = [v.name for v in g.input if v.name not in inits]
-    hubs = {t for t, cs in consumers.items() if len(cs) >= HUB_MIN_CONSUMERS}
+    pos = {n.key: i for i, n in enumerate(nodes)}
+    span_min = max(HUB_SPAN, len(nodes) // 5)
+    hubs = set()
+    for t, cs in consumers.items():
+        if len(cs) >= HUB_MIN_CONSUMERS:
+            hubs.add(t)
+        elif len(cs) >= 3:
+            idx = [pos[c] for c in cs]
+            if max(idx) - min(idx) > span_min:
+                hubs.add(t)
     return DisplayGraph(
         nodes=nodes, by_key={n.key: n for n in nodes}, producer=producer, consumers=consumers,
         tensor_info=info, inputs=graph_inputs, outputs=graph_outputs, hubs=hubs, weights=weights,

@@ -166,7 +166,9 @@ def _providers() -> list[str]:
     try:
         import onnxruntime as ort
 
-        return list(ort.get_available_providers())
+        provs = [p for p in ort.get_available_providers() if p != "AzureExecutionProvider"]
+        # CPU first: it is what the default settings measure.
+        return sorted(provs, key=lambda p: p != "CPUExecutionProvider") or ["CPUExecutionProvider"]
     except Exception:  # noqa: BLE001
         return ["CPUExecutionProvider"]
 
@@ -174,7 +176,7 @@ def _providers() -> list[str]:
 def _form(n_passes: int) -> Plan:
     st.markdown("**Variants**")
     c = st.columns(3)
-    current = c[0].checkbox(f"Current selection ({n_passes} passes)", **state.keep("bench_v_current", True))
+    current = c[0].checkbox(f"Current selection ({n_passes} pass{'es' if n_passes != 1 else ''})", **state.keep("bench_v_current", True))
     original = c[0].checkbox("Original", **state.keep("bench_v_original", True))
     levels = c[1].checkbox("Original under every ORT level", **state.keep("bench_v_levels", False),
                            help="off, basic, extended, layout, all: what onnxruntime's own optimizer gains.")

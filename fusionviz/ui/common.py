@@ -81,7 +81,7 @@ def sidebar() -> None:
     with st.sidebar:
         if loaded is not None:
             st.caption("Model")
-            st.markdown(f"**{loaded.name}**  \n`{loaded.short_hash}` · {loaded.size_bytes / 1e6:.1f} MB")
+            st.markdown(f"**{loaded.name}**  \n`{loaded.short_hash}` · {fmt_bytes(loaded.size_bytes)}")
             n = len(state.passes())
             st.caption(f"{n} pass{'es' if n != 1 else ''} selected")
         else:

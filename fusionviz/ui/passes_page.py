@@ -145,11 +145,12 @@ def _metrics(loaded, result):
     if m0 is not None and m1 is not None:
         a0, a1 = m0.sum_intermediate_bytes, m1.sum_intermediate_bytes
         c[1].metric("Intermediate tensors", common.fmt_bytes(a1),
-                    f"{(a1 - a0) / max(a0, 1):+.0%} ({common.fmt_bytes(a1 - a0)})", delta_color="inverse",
+                    f"{(a1 - a0) / max(a0, 1):+.0%} ({common.fmt_bytes(a1 - a0)})" if a1 != a0 else None,
+                    delta_color="inverse",
                     help="Sum of the bytes of every intermediate tensor (static plan).")
         p0, p1 = m0.peak_bytes_reuse, m1.peak_bytes_reuse
         c[2].metric("Peak activations (reuse)", common.fmt_bytes(p1),
-                    f"{(p1 - p0) / max(p0, 1):+.0%}", delta_color="inverse",
+                    f"{(p1 - p0) / max(p0, 1):+.0%}" if p1 != p0 else None, delta_color="inverse",
                     help="Peak live activation bytes over the execution order with buffer reuse.")
     else:
         c[1].metric("Intermediate tensors", "-")

@@ -78,5 +78,7 @@ def test_cap_holds_on_5000_nodes(monkeypatch):
     monkeypatch.setenv("FUSIONVIZ_MAX_DRAW_NODES", "50")
     r50 = render_graph(m)
     assert r50.drawn == 50
-    rc = render_graph(m, options=RenderOptions(collapse=True, max_nodes=20))
+    small = render_graph(m, options=RenderOptions(collapse=True, max_nodes=20))
+    assert small.drawn <= 20 and small.note is None  # auto-open stays within the cap
+    rc = render_graph(m, options=RenderOptions(collapse=True, max_nodes=20, expanded=("encoder",)))
     assert rc.drawn == 20 and "expand fewer scopes" in rc.note

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -55,8 +56,8 @@ def test_hostile_names_parse_and_svg_is_clean(i):
     assert "<b>bold" not in svg
     assert not re.search(r"<(?!/?(svg|g|title|polygon|path|text|ellipse|a|polyline|\?xml|!DOCTYPE|!--))", svg)
     # element ids in the SVG decode back to the node names
-    ids = re.findall(r'<g id="(fv-n-[^"]*)"', svg)
-    decoded = sorted(decode_element_id(x)[1] for x in ids)
+    ids = [html.unescape(x) for x in re.findall(r'<g id="([^"]*)" class="node"', svg)]
+    decoded = sorted(decode_element_id(x)[1] for x in ids if decode_element_id(x))
     assert decoded == sorted(n.name for n in m.graph.node)
 
 

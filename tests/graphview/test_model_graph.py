@@ -83,3 +83,23 @@ def test_hub_tensor_not_drawn_as_edges():
     # the hub's producer has no drawn out-edges; every consumer names the hub in its label
     assert g.out_degree(mask_producer) == 0
     assert sum("ext_mask (hub ×8)" in n.attr.get("label", "") for n in g.nodes()) == 8
+
+
+def test_hub_rule_spread_not_fanout():
+    from fusionviz.graphview.synthetic import transformer_model
+
+    dg = build_display_graph(transformer_model(4))
+    assert "ext_mask" in dg.hubs  # 4 readers, one per layer, far apart
+    # a layer's input is read by q, k, v and the residual: close together, not a hub
+    assert len(dg.consumers["/encoder/layer.1/out"]) == 4
+    assert "/encoder/layer.1/out" not in dg.hubs
+
+
+def test_compact_conv_attributes():
+    m = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[1,3,9,9] x, float[4,3,3,3] w) => (float[1,4,4,4] y) {
+        y = Conv <kernel_shape = [3, 3], strides = [2, 2], pads = [0, 0, 0, 0], auto_pad = "NOTSET"> (x, w)
+    }""")
+    (node,) = build_display_graph(m).nodes
+    assert node.attrs == ["k3×3", "s2"]
