@@ -199,8 +199,15 @@ def infer_tensor_info(model: onnx.ModelProto,
         try:
             from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-            sym = SymbolicShapeInference.infer_shapes(_shape_proxy(_fixed_inputs(model, shapes)),
-                                                      auto_merge=True)
+            # Not SymbolicShapeInference.infer_shapes(): on partial success it saves
+            # 'sym_shape_infer_temp.onnx' (+ external data) into the current directory. Run its
+            # steps ourselves and keep whatever it inferred; nothing is written.
+            engine = SymbolicShapeInference(2**31 - 1, True, False, 0)
+            engine._preprocess(_shape_proxy(_fixed_inputs(model, shapes)))
+            while engine.run_:
+                engine._infer_impl()
+            engine._update_output_from_vi()
+            sym = engine.out_mp_
             for name, ti in _collect(sym).items():
                 if ti.dims is not None and (name not in info or info[name].dims is None):
                     info[name] = ti

@@ -7,15 +7,17 @@ variant verified against the original in its worker at the fp32 tolerance):
    aside: dropping them gives the same model, so measuring that only adds noise.
 2. **Greedy drop**: first the settings round of step 3 on the full set picks the onnxruntime
    settings to measure under (onnxruntime's own fusions interact with ours), then measure the
-   current set beside "current minus p" for every active p under those settings; drop the pass whose removal is fastest, if it is at least
-   ``min_gain`` faster than the current set and verifies. Repeat until nothing helps, or the
+   current set beside "current minus p" for every active p under those settings; drop the pass
+   whose removal helps most, if it verifies and its *paired ratio* to the current set (median
+   over interleaved rounds of round-median / round-median, so load changes on a busy machine
+   cancel) is below ``1 - min_gain``. Repeat until nothing helps, or the
    budget is spent. (A fusion can hurt: e.g. onnxruntime 1.32's CPU SkipLayerNormalization is
    slower than LayerNormalization + Add at hidden size 128.)
 3. **Level and settings**: the winning pass set under each onnxruntime level (off, basic,
    extended, all), "all without SkipLayerNormFusion" when the model has LayerNormalization, and
    "all" with denormals-as-zero; the original under ``all`` is measured in the same run as the
    baseline.
-4. The winner is the fastest *verified* variant of step 3 (never one that failed to verify);
+4. The winner is the *verified* variant of step 3 with the lowest paired ratio to the baseline (never one that failed to verify);
    the baseline (no passes, ``all``) is a candidate too, so the winner is never slower than it
    as measured in that round.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -68,10 +71,11 @@ class TuneStep:
     verified: bool
     chosen: bool = False
     note: str = ""
+    ratio: float | None = None  # paired ratio vs the first variant of its round (1.0 = same)
 
     def as_dict(self) -> dict:
         return {"phase": self.phase, "config": self.config.as_dict(), "label": self.config.label(),
-                "median_ms": self.median_ms, "verified": self.verified, "chosen": self.chosen, "note": self.note}
+                "median_ms": self.median_ms, "ratio": self.ratio, "verified": self.verified, "chosen": self.chosen, "note": self.note}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +171,8 @@ def tune(
     per_variant_s: float | None = None
     exhausted = False
 
-    def measure(variants: list[tuple[str, TuneConfig, onnx.ModelProto]]) -> list[tuple[float | None, bool, str]]:
+    def measure(variants: list[tuple[str, TuneConfig, onnx.ModelProto]]
+                ) -> list[tuple[float | None, bool, str, float | None]]:
         nonlocal per_variant_s
         t = time.perf_counter()
         vs = [Variant(f"{i}:{phase}", m, Settings(level=c.level, denormal_as_zero=c.denormal_as_zero,
@@ -181,8 +186,20 @@ def tune(
             ok = bool(r.ok and r.verify and r.verify.get("ok"))
             note = r.error or ("" if ok else f"not verified: max rel {r.verify.get('max_rel_diff', 0):.2e}"
                                if r.verify else "not verified")
-            out.append((r.stats.median_ms if r.stats else None, ok, note))
+            out.append((r.stats.median_ms if r.stats else None, ok, note, paired_ratio(r, res[0])))
         return out
+
+    def paired_ratio(r, ref) -> float | None:
+        """Median over rounds of (variant's round median / reference's round median).
+
+        Rounds are interleaved, so a load change on the machine hits both sides of each ratio;
+        this is far steadier than comparing overall medians on a busy machine."""
+        if r.stats is None or ref.stats is None:
+            return None
+        pairs = [a / b for a, b in zip(r.round_medians_ms, ref.round_medians_ms, strict=False) if b > 0]
+        if pairs:
+            return float(statistics.median(pairs))
+        return r.stats.median_ms / ref.stats.median_ms if ref.stats.median_ms > 0 else None
 
     def time_left() -> float:
         return budget_s - (time.perf_counter() - t0)
@@ -199,11 +216,12 @@ def tune(
         cand.append((f"denormal{phase_tag}", TuneConfig(tuple(ps), "all", True), m))
         say(f"tune: comparing onnxruntime levels and denormals-as-zero ({len(cand)} variants)")
         results = measure(cand)
-        return [TuneStep(ph, c, ms, ok, note=note) for (ph, c, _), (ms, ok, note) in zip(cand, results, strict=True)]
+        return [TuneStep(ph, c, ms, ok, note=note, ratio=rel)
+                for (ph, c, _), (ms, ok, note, rel) in zip(cand, results, strict=True)]
 
     def fastest(level_steps: list[TuneStep]) -> TuneStep | None:
         ok = [s for s in level_steps if s.verified and s.median_ms is not None]
-        return min(ok, key=lambda s: s.median_ms) if ok else None
+        return min(ok, key=lambda s: (s.ratio if s.ratio is not None else 1.0, s.median_ms)) if ok else None
 
     # Step 2a: the settings the greedy phase measures under (onnxruntime's own fusions interact
     # with ours: e.g. at "all" it re-creates SkipLayerNormalization when ours is dropped).
@@ -233,17 +251,17 @@ def tune(
         say(f"tune: measuring {len(cand)} variants ({len(current)} active passes, {time_left():.0f} s left)")
         results = measure(cand)
         base_ms = results[0][0]
-        bar = base_ms * (1 - min_gain) if base_ms is not None and results[0][1] else None
+        bar = (1 - min_gain) if base_ms is not None and results[0][1] else None
         best_i = None
         first = len(steps)
-        for i, ((phase, cfg, _), (ms, ok, note)) in enumerate(zip(cand, results, strict=True)):
-            steps.append(TuneStep(phase, cfg, ms, ok, note=note))
-            if i and ok and ms is not None and bar is not None and ms < bar:
-                best_i, bar = i, ms
+        for i, ((phase, cfg, _), (ms, ok, note, rel)) in enumerate(zip(cand, results, strict=True)):
+            steps.append(TuneStep(phase, cfg, ms, ok, note=note, ratio=rel))
+            if i and ok and rel is not None and bar is not None and rel < bar:
+                best_i, bar = i, rel
         if best_i is None:
             break
         dropped = cand[best_i][0].split(" ", 1)[1]
-        say(f"tune: dropping {dropped} ({base_ms:.3f} -> {bar:.3f} ms)")
+        say(f"tune: dropping {dropped} (x{bar:.3f} of the current set, paired over rounds)")
         steps[first + best_i] = dataclasses.replace(steps[first + best_i], chosen=True)
         current.remove(dropped)
 

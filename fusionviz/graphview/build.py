@@ -379,7 +379,9 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
             return "xs"
         nm = f"x{len(stub_of)}"
         stub_of[t] = nm
-        terminals.append(f"  {nm} " + D.attrs(label="⋯ " + D.shorten(D.clean(t), 24), shape="plaintext",
+        p = dg.producer.get(t)
+        src = dg.by_key[p].short_name if p is not None else _tail(D.clean(t))
+        terminals.append(f"  {nm} " + D.attrs(label="⋯ from " + D.shorten(D.clean(src), 24), shape="plaintext",
                                                 fontsize="9", fontcolor="#777777", style="filled",
                                                 fillcolor="white", color="white") + ";")
         return nm

@@ -315,6 +315,8 @@ def _count(g: onnx.GraphProto) -> int:
 
 
 def _input_role(op: str, domain: str, idx: int, opset: int) -> str:
+    if domain not in ("", "ai.onnx") and op.startswith("Fused") and not onnx.defs.has(op, domain):
+        op, domain = op[len("Fused"):], ""  # FusedConv/FusedGemm/FusedMatMul take their base op's inputs
     try:
         schema = onnx.defs.get_schema(op, opset, domain)
         params = schema.inputs

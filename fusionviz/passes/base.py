@@ -183,8 +183,11 @@ def _attr_sig(node: ir.Node) -> str:
 def _rec(node: ir.Node) -> _NodeRec:
     consumers: list[str] = []
     for v in node.outputs:
+        # (consumer, input slot): a removed and a new node are linked only when they fed the
+        # *same slot* of a surviving consumer, so two branches into one Add stay separate.
         # Detached nodes (no graph) can linger as users of a value after a rewrite; skip them.
-        consumers.extend(c.name for c in v.consumers() if c.graph is not None and c.name)
+        consumers.extend(f"{u.node.name}#{u.idx}" for u in v.uses()
+                         if u.node.graph is not None and u.node.name)
     return _NodeRec(
         node=node,
         name=node.name or "",

@@ -9,12 +9,16 @@ Rules:
    ``[p1..pk-1]`` plus one run of ``pk`` on its final model. Because the registry fixes the
    order, toggling a pass re-runs only the passes after it, and toggling the last one runs one
    pass. Arguments whose name starts with ``_`` are not part of the key; the model's sha256 is.
+4. After the Passes page is drawn, the selections one toggle away are computed in the
+   background (``prefetch_neighbours``), so a toggle on a model of up to 500 nodes is a cache hit.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import threading
 from collections.abc import Sequence
 
 import onnx
@@ -152,3 +156,56 @@ def reference(sha: str, label: str, shapes: tuple, _proto: onnx.ModelProto):
     out = ref.reference_models(_proto, shapes={k: list(v) for k, v in shapes} or None,
                                tools=tools, levels=levels)
     return out.get(label)
+
+
+# ------------------------------------------------------------------ speculative warm-up
+
+_PREFETCH_LOCK = threading.Lock()
+_PREFETCH_GEN = [0]
+PREFETCH_MAX_NODES = 500
+
+
+def _passes_view(sha: str, passes: tuple[str, ...], shapes: tuple, opts: tuple, proto) -> None:
+    """Everything the Passes page computes for one selection before its graph is drawn."""
+    result = pipeline(sha, passes, shapes, proto)
+    key = (sha, passes, shapes, "final")
+    d = diff(key, result.original, result.final)
+    rendered = render(key, "after", opts, result.final, d)
+    try:
+        svg(rendered.dot)
+    except Exception:  # noqa: BLE001 - the page falls back to the browser renderer
+        logger.debug("prefetch: no SVG", exc_info=True)
+
+
+def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tuple, opts: tuple,
+                        candidates: Sequence[str]) -> None:
+    """Rule 4: in one background thread (lowered priority), compute the views for every selection
+    one toggle away from ``passes``, so that the next toggle is a cache hit.
+
+    Only for models of at most PREFETCH_MAX_NODES nodes; a newer call supersedes an older one.
+    """
+    from fusionviz.passes.pipeline import count_nodes
+    from fusionviz.ui.state import canonical
+
+    if count_nodes(loaded.proto) > PREFETCH_MAX_NODES:
+        return
+    with _PREFETCH_LOCK:
+        _PREFETCH_GEN[0] += 1
+        gen = _PREFETCH_GEN[0]
+    current = set(passes)
+    targets = [tuple(canonical(current ^ {p})) for p in candidates]
+
+    def work() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (OSError, AttributeError):
+            pass
+        for sel in targets:
+            if _PREFETCH_GEN[0] != gen:
+                return
+            try:
+                _passes_view(loaded.sha256, sel, shapes, opts, loaded.proto)
+            except Exception:  # noqa: BLE001 - speculative work never matters to the user
+                logger.debug("prefetch of %s failed", sel, exc_info=True)
+
+    threading.Thread(target=work, name="fusionviz-prefetch", daemon=True).start()

@@ -135,29 +135,25 @@ def _memory_delta(loaded, result):
         return None, None
 
 
-def _metrics(loaded, result):
-    """Node and memory deltas; returns the empty slot where verification lands when it is done."""
-    c = st.columns(4)
+def _metrics(loaded, result, cols) -> None:
+    """Node and static-memory deltas into the metric columns drawn at the top."""
     d = result.nodes_after - result.nodes_before
-    c[0].metric("Nodes", f"{result.nodes_after:,}", f"{d:+,} vs {result.nodes_before:,}",
-                delta_color="inverse")
+    cols[0].metric("Nodes", f"{result.nodes_after:,}", f"{d:+,} vs {result.nodes_before:,}" if d else None,
+                   delta_color="inverse")
     m0, m1 = _memory_delta(loaded, result)
     if m0 is not None and m1 is not None:
         a0, a1 = m0.sum_intermediate_bytes, m1.sum_intermediate_bytes
-        c[1].metric("Intermediate tensors", common.fmt_bytes(a1),
-                    f"{(a1 - a0) / max(a0, 1):+.0%} ({common.fmt_bytes(a1 - a0)})" if a1 != a0 else None,
-                    delta_color="inverse",
-                    help="Sum of the bytes of every intermediate tensor (static plan).")
+        cols[1].metric("Intermediate tensors", common.fmt_bytes(a1),
+                       f"{(a1 - a0) / max(a0, 1):+.0%} ({common.fmt_bytes(a1 - a0)})" if a1 != a0 else None,
+                       delta_color="inverse",
+                       help="Sum of the bytes of every intermediate tensor (static plan).")
         p0, p1 = m0.peak_bytes_reuse, m1.peak_bytes_reuse
-        c[2].metric("Peak activations (reuse)", common.fmt_bytes(p1),
-                    f"{(p1 - p0) / max(p0, 1):+.0%}" if p1 != p0 else None, delta_color="inverse",
-                    help="Peak live activation bytes over the execution order with buffer reuse.")
+        cols[2].metric("Peak activations (reuse)", common.fmt_bytes(p1),
+                       f"{(p1 - p0) / max(p0, 1):+.0%}" if p1 != p0 else None, delta_color="inverse",
+                       help="Peak live activation bytes over the execution order with buffer reuse.")
     else:
-        c[1].metric("Intermediate tensors", "-")
-        c[2].metric("Peak activations (reuse)", "-")
-    slot = c[3].empty()
-    slot.metric("Verification", "…", help="Running in onnxruntime after the graph is drawn.")
-    return slot
+        cols[1].metric("Intermediate tensors", "-")
+        cols[2].metric("Peak activations (reuse)", "-")
 
 
 def _verify(loaded, result, slot) -> None:
@@ -240,16 +236,37 @@ def body() -> None:
                "The graph, node count and static memory update live.")
     _preset_row()
     result = common.current_pipeline()
-    slot = _metrics(loaded, result)
+    # The graph is drawn first; the metrics (static memory plan, verification) fill in after it.
+    top = st.columns(4)
+    slots = [c.empty() for c in top]
+    d = result.nodes_after - result.nodes_before
+    slots[0].metric("Nodes", f"{result.nodes_after:,}", f"{d:+,} vs {result.nodes_before:,}" if d else None,
+                    delta_color="inverse")
+    for i, label in ((1, "Intermediate tensors"), (2, "Peak activations (reuse)"), (3, "Verification")):
+        slots[i].metric(label, "…")
     left, right = st.columns([2, 3])
     with left:
         _toggles()
     with right, common.guard("drawing the graph"):
         _graph(loaded, result)
+    with common.guard("computing the memory plan"):
+        _metrics(loaded, result, slots)
     with common.guard("listing the changes"):
         _changes(result)
     with common.guard("verifying"):
-        _verify(loaded, result, slot)
+        _verify(loaded, result, slots[3])
+    _prefetch(loaded, result)
+
+
+def _prefetch(loaded, result) -> None:
+    """Warm the cache for every selection one toggle away (passes that changed something first)."""
+    active = [r.name for r in result.reports if r.changes]
+    rest = [p.name for p in _all() if p.name not in active and p.exact]
+    try:
+        cache.prefetch_neighbours(loaded, state.passes(), state.shapes_key(),
+                                  common.render_options(focus=None), active + rest)
+    except Exception:  # noqa: BLE001 - speculative work never matters to the user
+        logger.debug("prefetch not started", exc_info=True)
 
 
 def render() -> None:

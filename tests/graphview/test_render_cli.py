@@ -51,7 +51,8 @@ def test_focus_and_collapse_flags(models):
     out = d / "f.dot"
     p = run(str(before), "--focus", "Relu_14", "--hops", "1", "--collapse", "-o", str(out))
     assert p.returncode == 0, p.stderr
-    assert "Relu_14" in out.read_text() and "Conv_12" not in out.read_text()
+    text = out.read_text()
+    assert "fv-n-Relu_14" in text and "fv-n-Conv_12" not in text and "from Conv_12" in text
 
 
 @pytest.mark.parametrize("args, needle", [
