@@ -14,7 +14,9 @@ rotate A B C.., 1 thread, verified against the original in each worker):
 - ``--all@off``: every exact fusionviz pass with onnxruntime's optimizer switched off (the
   "passes only" claim; on CNNs the nchwc_layout pass carries onnxruntime's NCHWc layout).
 
-Printed: medians, ratios vs orig@all, the best reference, whether tuned <= best reference, the
+Printed: medians, ratios vs orig@all (overall medians, and *paired*: the median over interleaved
+rounds of round-median / orig@all's round-median, which cancels load changes on a busy machine;
+the summary table uses the paired ratios), the best reference, whether tuned <= best reference, the
 geometric-mean ratio of tuned vs orig@all over all models, and the BERT >= 20% check. BERT-like
 samples get ``--shape input_ids=1,SEQ --shape attention_mask=1,SEQ``.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -86,6 +89,7 @@ def main() -> int:
         res = run_benchmark(variants, shapes=shapes, min_time_s=args.min_time, verify_against=model,
                             verify_rtol=1e-4, max_rounds=200)
         base = res[0].stats.median_ms
+        base_rounds = res[0].round_medians_ms
         print(f"    tuned config: {best.label()}; passes: {','.join(best.passes)}")
         by = {}
         for r in res:
@@ -94,9 +98,11 @@ def main() -> int:
                 continue
             ok = r.verify.get("ok") if r.verify else None
             spread = (r.stats.p90_ms - r.stats.p10_ms) / r.stats.median_ms if hasattr(r.stats, "p90_ms") else float("nan")
-            by[r.label] = r.stats.median_ms
+            pairs = [a / b for a, b in zip(r.round_medians_ms, base_rounds, strict=False) if b > 0]
+            paired = statistics.median(pairs) if pairs else r.stats.median_ms / base
+            by[r.label] = base * paired  # ratios below are the paired (per-round) ratios
             print(f"    {r.label:16} {r.stats.median_ms:9.3f} ms  ratio {r.stats.median_ms / base:6.3f}  "
-                  f"p10-p90 spread {spread:5.1%}  verified={ok}")
+                  f"paired ratio {paired:6.3f} ({len(pairs)} rounds)  p10-p90 spread {spread:5.1%}  verified={ok}")
         ref_ms = [v for k, v in by.items() if k.endswith("@all") and k != "orig@all"]
         best_ref = min(ref_ms) if ref_ms else base
         rows.append((name, base, by.get("tuned"), best_ref, by.get("--all@off"),

@@ -169,14 +169,17 @@ class _NodeRec:
         return (self.name, self.op, self.inputs, self.outputs)
 
 
+_OPAQUE_ATTRS = frozenset({"TENSOR", "TENSORS", "GRAPH", "GRAPHS", "SPARSE_TENSOR", "SPARSE_TENSORS"})
+
+
 def _attr_sig(node: ir.Node) -> str:
+    """Cheap signature of a node's attributes (tensors/graphs by identity, not content)."""
     parts = []
     for k, a in sorted(node.attributes.items()):
-        v = a.value
-        if isinstance(v, (ir.Graph, ir.TensorProtocol)) or hasattr(v, "dtype"):
-            parts.append(f"{k}=<{type(v).__name__}:{id(v)}>")
+        if getattr(a.type, "name", "") in _OPAQUE_ATTRS:
+            parts.append(f"{k}=<{a.type.name}:{id(a.value)}>")
         else:
-            parts.append(f"{k}={v!r}"[:200])
+            parts.append(f"{k}={a.value!r}"[:200])
     return ";".join(parts)
 
 

@@ -145,6 +145,7 @@ def run_pipeline(
     original = to_proto(work)
     snapshots = [Snapshot("original", original, count_nodes(work))]
     reports: list[PassReport] = []
+    shapes_fresh = False  # shape inference is re-run only after a pass changed the model
     for i, p in enumerate(passes):
         if progress:
             progress(i, len(passes), p.name)
@@ -153,8 +154,9 @@ def run_pipeline(
         error = None
         changes: list[Change] = []
         try:
-            if p.needs_shapes:
+            if p.needs_shapes and not shapes_fresh:
                 work = infer_shapes(work)
+                shapes_fresh = True
             work, changes = p.apply(work)
         except errors.FusionvizError as exc:
             error = str(exc)
@@ -165,7 +167,11 @@ def run_pipeline(
             work = to_ir(snapshots[-1].model)
             changes = []
         dt = time.perf_counter() - t
-        proto = to_proto(work)
+        if changes or error is not None:
+            shapes_fresh = False
+            proto = to_proto(work)
+        else:
+            proto = snapshots[-1].model  # unchanged: share the previous snapshot (read-only)
         n1 = count_nodes(work)
         reports.append(PassReport(p.name, p.title, tuple(changes), n0, n1, dt, error))
         snapshots.append(Snapshot(p.name, proto, n1))
