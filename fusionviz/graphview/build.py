@@ -190,7 +190,9 @@ def _node_lines(n: DisplayNode, status: str | None, diff: GraphDiff | None, side
             text = f"fused into {D.shorten(_tail(D.clean(into)), 30)}" if into else "removed"
             lines.append((text, "#a11a1a", 9, True))
         elif side == "before" and status == "changed":
-            lines.append(("changed", "#8a4b00", 9, True))
+            absorbed = diff.contributors.get(n.key, [])
+            text = f"absorbs {len(absorbed)} node{'s' if len(absorbed) > 1 else ''}" if absorbed else "changed"
+            lines.append((text, "#8a4b00", 9, True))
     return lines
 
 
