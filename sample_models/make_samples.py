@@ -194,7 +194,7 @@ def build_resnet():
             self.relu = nn.ReLU(inplace=True)
             self.maxpool = nn.MaxPool2d(3, 2, 1)
             layers, cin = [], widths[0]
-            for i, (w, n) in enumerate(zip(widths, blocks)):
+            for i, (w, n) in enumerate(zip(widths, blocks, strict=True)):
                 stage = [BasicBlock(cin, w, 1 if i == 0 else 2)]
                 stage += [BasicBlock(w, w, 1) for _ in range(n - 1)]
                 layers.append(nn.Sequential(*stage))

@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 
 import onnx
@@ -63,6 +64,7 @@ def pipeline(sha: str, passes: tuple[str, ...], shapes: tuple, _proto: onnx.Mode
     if not passes:
         return run_pipeline(_proto, [], shapes={k: list(v) for k, v in shapes} or None)
     prev = pipeline(sha, passes[:-1], shapes, _proto)
+    yield_to_pages()
     step = run_pipeline(prev.final, [passes[-1]])
     return PipelineResult(
         snapshots=prev.snapshots + step.snapshots[1:],
@@ -163,14 +165,40 @@ def reference(sha: str, label: str, shapes: tuple, _proto: onnx.ModelProto):
 _PREFETCH_LOCK = threading.Lock()
 _PREFETCH_GEN = [0]
 PREFETCH_MAX_NODES = 500
+_ACTIVE_RUNS = [0]  # page runs in progress (all sessions)
+_LOCAL = threading.local()
+
+
+def page_run_started() -> None:
+    """A page run began: speculative work pauses (it shares the GIL with the page)."""
+    with _PREFETCH_LOCK:
+        _ACTIVE_RUNS[0] += 1
+
+
+def page_run_finished() -> None:
+    """A page run ended."""
+    with _PREFETCH_LOCK:
+        _ACTIVE_RUNS[0] = max(0, _ACTIVE_RUNS[0] - 1)
+
+
+def yield_to_pages(max_wait_s: float = 30.0) -> None:
+    """In a prefetch thread: wait (between passes) while any page run is in progress."""
+    if not getattr(_LOCAL, "prefetch", False):
+        return
+    deadline = time.monotonic() + max_wait_s
+    while _ACTIVE_RUNS[0] > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _passes_view(sha: str, passes: tuple[str, ...], shapes: tuple, opts: tuple, proto) -> None:
     """Everything the Passes page computes for one selection before its graph is drawn."""
     result = pipeline(sha, passes, shapes, proto)
     key = (sha, passes, shapes, "final")
+    yield_to_pages()
     d = diff(key, result.original, result.final)
+    yield_to_pages()
     rendered = render(key, "after", opts, result.final, d)
+    yield_to_pages()
     try:
         svg(rendered.dot)
     except Exception:  # noqa: BLE001 - the page falls back to the browser renderer
@@ -196,6 +224,7 @@ def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tupl
     targets = [tuple(canonical(current ^ {p})) for p in candidates]
 
     def work() -> None:
+        _LOCAL.prefetch = True
         try:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         except (OSError, AttributeError):
@@ -203,6 +232,7 @@ def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tupl
         for sel in targets:
             if _PREFETCH_GEN[0] != gen:
                 return
+            yield_to_pages()
             try:
                 _passes_view(loaded.sha256, sel, shapes, opts, loaded.proto)
             except Exception:  # noqa: BLE001 - speculative work never matters to the user

@@ -57,6 +57,14 @@ def guard(what: str):
 def page(title: str, body: Callable[[], None]) -> None:
     """Draw the sidebar and the page body under the error guard (rule 1)."""
     state.init()
+    cache.page_run_started()
+    try:
+        _page(title, body)
+    finally:
+        cache.page_run_finished()
+
+
+def _page(title: str, body: Callable[[], None]) -> None:
     with guard("drawing the sidebar"):
         sidebar()
     if st.session_state.get(state.LOAD_ERROR):
