@@ -36,7 +36,7 @@ SIGNATURE_JS = """
     try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
   }
   const t = [];
-  for (const d of docs) for (const x of d.querySelectorAll('svg g.node > title')) t.push(x.textContent);
+  for (const d of docs) for (const x of d.querySelectorAll('svg g.node')) t.push(x.textContent);
   return t.join('|');
 }
 """
@@ -48,7 +48,7 @@ CHANGED_JS = """
     try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
   }
   const t = [];
-  for (const d of docs) for (const x of d.querySelectorAll('svg g.node > title')) t.push(x.textContent);
+  for (const d of docs) for (const x of d.querySelectorAll('svg g.node')) t.push(x.textContent);
   const s = t.join('|');
   return t.length > 0 && s !== prev;
 }

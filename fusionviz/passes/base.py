@@ -85,6 +85,14 @@ class Pass:
     #: True when outputs must stay equal (fp32 tolerance); False for precision passes.
     exact: ClassVar[bool] = True
 
+    def origin_tensor(self, node: ir.Node) -> str | None:
+        """For passes that rebuild the whole model (names of tensors change): the *original*
+        output tensor whose producer ``node`` stands for, or None. When a pass overrides this,
+        Changes are grouped by these hints instead of by shared tensors (see diff_changes)."""
+        return None
+
+    uses_origin_hints: ClassVar[bool] = False
+
     def transform(self, model: ir.Model) -> ir.Model | None:  # pragma: no cover - abstract
         """Change ``model`` in place (return None) or return a new model."""
         raise NotImplementedError
@@ -98,7 +106,8 @@ class Pass:
         result = self.transform(model)
         new_model = result if result is not None else model
         ensure_unique_names(new_model)
-        changes = diff_changes(before, new_model, self.name)
+        hint = self.origin_tensor if self.uses_origin_hints else None
+        changes = diff_changes(before, new_model, self.name, hint=hint)
         alive = {id(n) for n in all_nodes(new_model)}
         fed_removed = {i for r in before if id(r.node) not in alive for i in r.inputs}
         changes.extend(_initializer_changes(inits_before, inputs_before, new_model, self.name, fed_removed))
@@ -234,7 +243,8 @@ def _value_names(model: ir.Model) -> set[str]:
     return names
 
 
-def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str) -> list[Change]:
+def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str,
+                 hint=None) -> list[Change]:
     """Compute Changes between a pre-pass node snapshot and the model after (rules 1-3)."""
     after = _snapshot_nodes(model)
     before_ids = {id(r.node): r for r in before}
@@ -282,6 +292,9 @@ def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str) -> lis
         changes.append(Change(ChangeKind.CHANGED, pass_name, (r.name,), (a.node.name,), (r.op,), (a.op,), detail))
     if not removed and not new:
         return changes
+
+    if hint is not None:
+        return changes + _hinted_changes(removed, new, hint, pass_name)
 
     after_values = _value_names(model)
     before_values: set[str] = set()
@@ -380,6 +393,64 @@ def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str) -> lis
         )
     order = {r.name: i for i, r in enumerate(before)}
     changes.sort(key=lambda c: min((order.get(n, 1 << 30) for n in c.inputs), default=1 << 30))
+    return changes
+
+
+def _hinted_changes(removed: list[_NodeRec], new: list[_NodeRec], hint, pass_name: str) -> list[Change]:
+    """Grouping for passes that rebuild the model and say which original tensor each new node
+    stands for: new node ← producer of that tensor; a removed node without a counterpart joins
+    the new node that took over its first input's producer (e.g. an Add+Relu absorbed by a Conv);
+    new nodes without a hint (layout reorders) are 'added'."""
+    by_out = {o: r for r in removed for o in r.outputs if o}
+    by_in: dict[str, list[_NodeRec]] = {}
+    for r in removed:
+        for i in r.inputs:
+            if i:
+                by_in.setdefault(i, []).append(r)
+    groups: dict[int, tuple[list[_NodeRec], list[_NodeRec]]] = {}
+    owner: dict[int, int] = {}  # id(removed node) -> id(new node)
+    added: list[_NodeRec] = []
+    for a in new:
+        tensor = hint(a.node)
+        r = by_out.get(tensor) if tensor else None
+        if r is None:
+            added.append(a)
+            continue
+        groups.setdefault(id(a.node), ([], []))[1].append(a)
+        if id(r.node) not in owner:
+            owner[id(r.node)] = id(a.node)
+            groups[id(a.node)][0].append(r)
+    pending = [r for r in removed if id(r.node) not in owner]
+    for _ in range(len(pending) + 1):  # absorb chains (Add -> Relu) iteratively
+        still = []
+        for r in pending:
+            target = next((owner[id(by_out[i].node)] for i in r.inputs
+                           if i in by_out and id(by_out[i].node) in owner), None)
+            if target is None:  # absorbed into what consumes it (Conv folded into a Conv+Relu)
+                target = next((owner[id(c.node)] for o in r.outputs for c in by_in.get(o, ())
+                               if id(c.node) in owner), None)
+            if target is None:
+                still.append(r)
+            else:
+                owner[id(r.node)] = target
+                groups[target][0].append(r)
+        if len(still) == len(pending):
+            break
+        pending = still
+    changes: list[Change] = []
+    for rs, ns in groups.values():
+        sources = list(dict.fromkeys(s for r in rs for s in r.sources))
+        passes = list(dict.fromkeys(p for r in rs for p in r.passes))
+        for a in ns:
+            _stamp(a.node, sources, passes, pass_name)
+        kind = ChangeKind.FUSED if len(rs) > 1 else ChangeKind.REPLACED
+        changes.append(Change(kind, pass_name, tuple(r.name for r in rs), tuple(a.node.name for a in ns),
+                              tuple(r.op for r in rs), tuple(a.op for a in ns)))
+    for r in pending:
+        changes.append(Change(ChangeKind.REMOVED, pass_name, (r.name,), (), (r.op,), ()))
+    for a in added:
+        _stamp(a.node, [], [], pass_name)
+        changes.append(Change(ChangeKind.ADDED, pass_name, (), (a.node.name,), (), (a.op,)))
     return changes
 
 

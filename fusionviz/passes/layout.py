@@ -99,6 +99,17 @@ the original for other machines.
 convolution sums are the same products, possibly in a different order (fp32 rounding).
 """
 
+    uses_origin_hints = True
+
+    def origin_tensor(self, node: ir.Node) -> str | None:
+        """onnxruntime names a node it rewrites after the original node's output tensor
+        (``<tensor>_nchwc``); nodes it keeps keep their name and outputs."""
+        if node.op_type.startswith("Reorder"):
+            return None  # a layout conversion, not a stand-in for an original node
+        if node.name.endswith("_nchwc"):
+            return node.name[: -len("_nchwc")]
+        return next((v.name for v in node.outputs if v.name), None)
+
     def transform(self, model: ir.Model) -> ir.Model | None:
         # Rule 1
         if not _has_conv(model):
