@@ -13,7 +13,8 @@ Rules (numbered; the code points back to them):
 4. Zip members that would land outside the extraction folder (absolute, ``..``, drive letters)
    and symlink members are refused before anything is extracted.
 5. IR version and opsets must be within what the installed onnx supports.
-6. Every tensor (initializers, Constant values, subgraphs, functions) must hold exactly the data
+6. Every text field must be valid UTF-8 (protobuf hands invalid text back as bytes, which the
+   checker accepts and every later step chokes on). Every tensor (initializers, Constant values, subgraphs, functions) must hold exactly the data
    its dims declare: a tensor claiming 2**40 elements with 4 bytes of data is refused, so no
    later step allocates what the file only pretends to hold.
 7. The ONNX checker must pass; its complaint is reduced to one sentence naming the node.
@@ -332,7 +333,18 @@ def _find_single_model(folder: Path, *, display: str) -> Path:
 
 
 def _not_a_model_hint(data: bytes) -> str:
-    """Why bytes that are not a ModelProto are not one, in a few words."""
+    """Why bytes that are not a ModelProto are not one, in a few words (best effort)."""
+    try:
+        return _guess_content(data)
+    except Exception:  # noqa: BLE001 - only a hint; never let it mask the real error
+        return "its bytes are not a serialized ModelProto"
+
+
+def _is_identifier(text: object) -> bool:
+    return isinstance(text, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) is not None
+
+
+def _guess_content(data: bytes) -> str:
     head = data[:4096]
     if head and sum(32 <= b < 127 or b in (9, 10, 13) for b in head) / len(head) > 0.95:
         return "it looks like a text file"
@@ -343,11 +355,9 @@ def _not_a_model_hint(data: bytes) -> str:
             msg.ParseFromString(data)
         except Exception:  # noqa: BLE001 - only a hint
             continue
-        if cls is onnx.GraphProto and msg.node and all(
-                re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n.op_type) for n in msg.node):
+        if cls is onnx.GraphProto and msg.node and all(_is_identifier(n.op_type) for n in msg.node):
             return f"it holds an ONNX {what}, not a ModelProto"
-        if cls is onnx.NodeProto and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", msg.op_type) and (
-                msg.input or msg.output):
+        if cls is onnx.NodeProto and _is_identifier(msg.op_type) and (msg.input or msg.output):
             return f"it holds an ONNX {what}, not a ModelProto"
         if cls is onnx.TensorProto and 0 < msg.data_type <= 26 and (msg.dims or msg.raw_data):
             return f"it holds an ONNX {what}, not a ModelProto"
@@ -482,7 +492,7 @@ def _load_external(model: onnx.ModelProto, base: Path, *, limits: Limits, curren
             raise errors.ExternalDataError(f"External file '{loc}' changed while it was read.")
         tensor.raw_data = raw
         del tensor.external_data[:]
-        tensor.data_location = onnx.TensorProto.DEFAULT
+        tensor.ClearField("data_location")  # as if it had always been inline: same hash
     return total - current
 
 
@@ -569,6 +579,31 @@ def _load_zip(data: bytes, *, name: str, limits: Limits, check: bool) -> LoadedM
         ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _invalid_text_field(model: onnx.ModelProto) -> str | None:
+    """Where a string field holds bytes that are not UTF-8 (protobuf then returns ``bytes``).
+
+    Such names pass the ONNX checker but break every consumer that expects text (onnx-ir's
+    serializer, DOT, JSON), so rule 1's parse is followed by this walk (iterative).
+    """
+    stack: list = [model]
+    while stack:
+        msg = stack.pop()
+        for fd, value in msg.ListFields():
+            repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+            if fd.type == fd.TYPE_STRING:
+                for v in (value if repeated else (value,)):
+                    if isinstance(v, bytes):
+                        where = getattr(msg, "name", "") if fd.name != "name" else ""
+                        where = f" of '{_short(where, 60)}'" if isinstance(where, str) and where else ""
+                        return f"{msg.DESCRIPTOR.name}.{fd.name}{where}"
+            elif fd.type == fd.TYPE_MESSAGE:
+                if repeated:
+                    stack.extend(value)
+                else:
+                    stack.append(value)
+    return None
 
 
 def _check_versions(model: onnx.ModelProto, name: str) -> None:
@@ -686,6 +721,11 @@ def _checker_sentence(exc: Exception, model: onnx.ModelProto) -> str:
 def _finish(model: onnx.ModelProto, *, name: str, size: int, source: str, limits: Limits,
             check: bool) -> LoadedModel:
     _check_versions(model, name)
+    bad_text = _invalid_text_field(model)
+    if bad_text:
+        raise errors.NotOnnxError(
+            f"'{_short(name)}' has text that is not valid UTF-8 (in {bad_text}); refused."
+        )
     n = count_nodes(model)
     if n > limits.max_nodes:
         raise errors.ModelTooLargeError(

@@ -79,12 +79,25 @@ def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+TIMEOUT_CODE = 124
+
+
 def run_fusionviz(*args: str | os.PathLike, timeout: float = 60, env: Mapping[str, str] | None = None,
-                  cwd: str | os.PathLike | None = None, mem_limit: int | None = None) -> CliResult:
+                  cwd: str | os.PathLike | None = None, mem_limit: int | None = None,
+                  fail_on_timeout: bool = True) -> CliResult:
     """Run ``python -m fusionviz ARGS`` in a subprocess (see the module docstring).
 
+    Args:
+        args: CLI arguments.
+        timeout: seconds before the child's whole process group is killed.
+        env: extra environment variables.
+        cwd: working directory (default: the repo root).
+        mem_limit: address-space cap in bytes for the child (RLIMIT_AS).
+        fail_on_timeout: fail the test on timeout; when False return exit code 124
+            (``TIMEOUT_CODE``) instead, so a caller running many commands can report each.
+
     Raises:
-        pytest.fail.Exception: when it runs past ``timeout`` (the process group is killed).
+        pytest.fail.Exception: when it runs past ``timeout`` and ``fail_on_timeout``.
     """
     argv = [str(a) for a in args]
     if mem_limit:
@@ -103,9 +116,17 @@ def run_fusionviz(*args: str | os.PathLike, timeout: float = 60, env: Mapping[st
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"timed out after {timeout:.0f} s: {' '.join(cmd)}", pytrace=False)
+        for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+            try:
+                kill()
+            except OSError:
+                pass
+        out, err = proc.communicate()
+        if fail_on_timeout:
+            pytest.fail(f"timed out after {timeout:.0f} s: {' '.join(cmd)}", pytrace=False)
+        return CliResult(TIMEOUT_CODE, out.decode("utf-8", "replace"),
+                         err.decode("utf-8", "replace") + f"\n[timed out after {timeout:.0f} s]",
+                         time.perf_counter() - t0)
     return CliResult(proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                      time.perf_counter() - t0)
 

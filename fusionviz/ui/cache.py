@@ -210,12 +210,13 @@ def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tupl
     """Rule 4: in one background thread (lowered priority), compute the views for every selection
     one toggle away from ``passes``, so that the next toggle is a cache hit.
 
-    Only for models of at most PREFETCH_MAX_NODES nodes; a newer call supersedes an older one.
+    Only for models of at most PREFETCH_MAX_NODES nodes; a newer call supersedes an older one;
+    ``FUSIONVIZ_PREFETCH=0`` switches it off (the AppTest suite does, to keep runs independent).
     """
     from fusionviz.passes.pipeline import count_nodes
     from fusionviz.ui.state import canonical
 
-    if count_nodes(loaded.proto) > PREFETCH_MAX_NODES:
+    if os.environ.get("FUSIONVIZ_PREFETCH", "1") == "0" or count_nodes(loaded.proto) > PREFETCH_MAX_NODES:
         return
     with _PREFETCH_LOCK:
         _PREFETCH_GEN[0] += 1

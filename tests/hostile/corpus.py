@@ -497,6 +497,15 @@ def _(d: Path) -> Path:
     return _save(d / "markup.onnx", model)
 
 
+@_bad("invalid_utf8_names", "utf-8")
+def _(d: Path) -> Path:
+    # protobuf returns invalid UTF-8 text as bytes; the ONNX checker accepts it, onnx-ir does not
+    m = tiny_model()
+    m.graph.node[0].name = "RELUNAME"
+    data = m.SerializeToString().replace(b"RELUNAME", b"RE\xff\xfeNAME")
+    return _write(d / "bad_utf8.onnx", data)
+
+
 @_good("nested_if_depth_30")
 def _(d: Path) -> Path:
     return _save(d / "nested30.onnx", nested_if_model(30))

@@ -82,8 +82,9 @@ def _args(command: str, case: Case, out_dir: Path) -> tuple[list[str], Path]:
     if command == "render":
         out = out_dir / "out.svg"
         return [command, target, "-o", str(out)], out
-    out = out_dir / "bench.json"  # bench
-    return [command, target, "--json", str(out)], out
+    out = out_dir / "bench.json"  # bench: the point is input handling, so measure briefly
+    return [command, target, "--min-time", "0.05", "--max-rounds", "3", "--timeout", "60",
+            "--json", str(out)], out
 
 
 def _run_one(run_fusionviz, command: str, case: Case, work: Path) -> Run:
@@ -95,7 +96,8 @@ def _run_one(run_fusionviz, command: str, case: Case, work: Path) -> Run:
     before = _listing(case_dir)
     args, output = _args(command, case, out_dir)
     env = {"TMPDIR": str(tmp), **dict(case.env)}
-    res = run_fusionviz(*args, timeout=BOUND_S[command] * 3, env=env, cwd=cwd, mem_limit=MEM_LIMIT)
+    res = run_fusionviz(*args, timeout=BOUND_S[command] * 2, env=env, cwd=cwd, mem_limit=MEM_LIMIT,
+                        fail_on_timeout=False)
     return Run(case, command, res.code, res.stdout, res.stderr, res.seconds, output,
                frozenset(_listing(case_dir) - before), frozenset(_listing(cwd)),
                frozenset(_listing(tmp)))
@@ -150,7 +152,8 @@ def test_hostile_input(command: str, case_name: str, hostile_runs):
     # Loading writes nothing next to the model, in the working directory or left in $TMPDIR.
     assert not run.new_in_case_dir, why
     assert not run.new_in_cwd, why
-    assert not run.left_in_tmp, why
+    # onnxruntime itself drops a small session-id file, $TMPDIR/.ses, whenever a session is made.
+    assert not (run.left_in_tmp - {".ses"}), why
     for bad in TERMINAL_HOSTILE:
         assert bad not in run.stdout, f"raw {bad!r} on stdout: " + why
     if not case.valid:
@@ -169,12 +172,21 @@ def test_hostile_input(command: str, case_name: str, hostile_runs):
         for word in ("inputs", "outputs", "ops ", "nodes", "params"):
             assert word in run.stdout, why
         return
-    allowed = {0, 3} if case.runnable else {2}
+    if command == "optimize":
+        allowed = {0, 3} if case.runnable else {2}
+    elif command == "render":
+        allowed = {0, 2}  # 2: e.g. over the node limit for drawing
+    else:  # bench: a variant onnxruntime cannot run is reported, or the run exits 2
+        allowed = {0} if case.runnable else {0, 2}
     assert run.code in allowed, why
     if run.code:
         assert run.lines[-1].startswith("fusionviz: error: "), why
-    else:
-        assert run.output.exists() and run.output.stat().st_size > 0, why
+        return
+    assert run.output.exists() and run.output.stat().st_size > 0, why
+    if command == "render":
+        drawn = run.output.read_text(errors="replace")
+        assert "<script" not in drawn.lower(), "raw <script> in the SVG: " + why
+        assert "\x1b" not in drawn and "\x00" not in drawn, why
 
 
 def test_escaped_names_survive_in_info_output(hostile_runs):

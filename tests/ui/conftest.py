@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from ui_helpers import APP, TIMEOUT
+
+# Speculative prefetch threads would outlive each AppTest and compete with the next one.
+os.environ["FUSIONVIZ_PREFETCH"] = "0"
 
 
 @pytest.fixture
