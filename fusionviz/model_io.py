@@ -661,13 +661,32 @@ def _typed_count(t: onnx.TensorProto) -> int:
     return n
 
 
+_KNOWN_DTYPES = frozenset(v for _, v in onnx.TensorProto.DataType.items())
+
+
+def _check_declared_types(model: onnx.ModelProto, name: str) -> None:
+    """Rule 6: element types of graph inputs/outputs/value_info must be types onnx knows."""
+    for g in iter_graphs(model):
+        for vi in (*g.input, *g.output, *g.value_info):
+            tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+            if tt is not None and tt.elem_type not in _KNOWN_DTYPES:
+                raise errors.TensorDataError(
+                    f"'{_short(name)}': value '{_short(vi.name, 60)}' has unknown element type "
+                    f"{tt.elem_type}."
+                )
+
+
 def _check_tensor_data(model: onnx.ModelProto, name: str) -> None:
     """Rule 6: declared dims must match the data held (no 2**40-element tensors from 4 bytes)."""
     for t in iter_tensors(model):
+        tname = _short(t.name or "(unnamed)", 60)
+        if t.data_type not in _KNOWN_DTYPES:
+            raise errors.TensorDataError(
+                f"'{_short(name)}': tensor '{tname}' has unknown data type {t.data_type}."
+            )
         if t.data_location == onnx.TensorProto.EXTERNAL:
             continue
         dims = list(t.dims)
-        tname = _short(t.name or "(unnamed)", 60)
         if any(d < 0 for d in dims):
             raise errors.TensorDataError(
                 f"'{_short(name)}': tensor '{tname}' declares a negative dimension {dims[:8]}."
@@ -732,6 +751,7 @@ def _finish(model: onnx.ModelProto, *, name: str, size: int, source: str, limits
             f"'{_short(name)}' has {n:,} nodes, over the limit of {limits.max_nodes:,}."
         )
     _check_tensor_data(model, name)
+    _check_declared_types(model, name)
     if check:
         try:
             onnx.checker.check_model(model, full_check=False)

@@ -456,6 +456,17 @@ def test_tensors_that_claim_more_than_they_hold_are_refused():
         _assert_one_sentence(info.value)
 
 
+def test_unknown_data_types_are_refused():
+    t = numpy_helper.from_array(np.ones(4, np.float32), "W")
+    t.data_type = 29  # unknown to onnx and onnx-ir (found by the fuzz test: onnx-ir raised)
+    with pytest.raises(errors.TensorDataError, match="unknown data type 29"):
+        model_io.load_bytes(_with_initializer(t).SerializeToString(), check=False)
+    m = corpus._relu_model()
+    m.graph.input[0].type.tensor_type.elem_type = 77
+    with pytest.raises(errors.TensorDataError, match="unknown element type 77"):
+        model_io.load_bytes(m.SerializeToString(), check=False)
+
+
 def test_lying_constant_inside_a_subgraph_is_refused():
     big = corpus._lying_tensor("c", [1 << 16, 1 << 16], b"\0" * 16)
     then = helper.make_graph([helper.make_node("Constant", [], ["k"], value=big)], "then", [],

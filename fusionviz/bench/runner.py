@@ -543,7 +543,14 @@ def run_benchmark(
     _validate(variants)
     if min_time_s <= 0 or timeout_s <= 0 or mem_limit_mb <= 0:
         raise errors.InputSpecError("min_time_s, timeout_s and mem_limit_mb must be positive.")
-    say = progress or (lambda f, m: None)
+    last = [0.0]
+
+    def say(fraction: float, message: str) -> None:
+        # Monotonic and rounded: accumulated float steps must never make a bar go backwards.
+        last[0] = max(last[0], min(1.0, round(fraction, 6)))
+        if progress:
+            progress(last[0], message)
+
     protos = [v.model_proto() for v in variants]
     ref_model = verify_against if verify_against is not None else protos[0]
     from fusionviz.inputs import make_inputs

@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
-TIMEOUT = 120
+TIMEOUT = 300  # AppTest script-run limit; generous for loaded 2-core CI machines
 
 
 def page_path(name: str) -> str:
