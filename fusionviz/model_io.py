@@ -79,7 +79,7 @@ class Limits:
         max_archive_bytes: largest zip, and largest total uncompressed size of its members
             [FUSIONVIZ_MAX_ARCHIVE_MB, 1000].
         max_archive_ratio: largest uncompressed/compressed ratio of a zip member above 1 MB
-            (zip bombs).
+            (zip bombs) [FUSIONVIZ_MAX_ARCHIVE_RATIO, 200].
         max_archive_members: most members in a zip.
         max_nodes: most nodes (subgraphs included) a model may have [FUSIONVIZ_MAX_NODES, 200000].
     """
@@ -90,7 +90,9 @@ class Limits:
     max_archive_bytes: int = dataclasses.field(
         default_factory=lambda: _env_mb("FUSIONVIZ_MAX_ARCHIVE_MB", 1000)
     )
-    max_archive_ratio: float = 200.0
+    max_archive_ratio: float = dataclasses.field(
+        default_factory=lambda: float(_env_number("FUSIONVIZ_MAX_ARCHIVE_RATIO", 200))
+    )
     max_archive_members: int = 10_000
     max_nodes: int = dataclasses.field(
         default_factory=lambda: _env_number("FUSIONVIZ_MAX_NODES", 200_000)
@@ -156,14 +158,21 @@ def load_path(path: str | os.PathLike, *, limits: Limits | None = None,
     limits = limits or Limits()
     p = Path(path)
     try:
-        exists, is_dir = p.exists(), p.is_dir()
-    except OSError as exc:  # e.g. a name too long for the file system
-        raise errors.ModelLoadError(f"Cannot open '{_short(str(p))}': {exc.strerror}.") from None
-    if not exists:
+        return _load_path(p, limits=limits, check=check)
+    except OSError as exc:  # unreadable file or folder, name too long, I/O error
+        raise errors.ModelLoadError(
+            f"Cannot read '{_short(str(p))}': {exc.strerror or type(exc).__name__}."
+        ) from None
+
+
+def _load_path(p: Path, *, limits: Limits, check: bool) -> LoadedModel:
+    if not p.exists():
         raise errors.ModelLoadError(f"No such file or folder: '{_short(str(p))}'.")
-    if is_dir:
+    if p.is_dir():
         model_file = _find_single_model(p, display=p.name)
         return _load_file(model_file, limits=limits, check=check, display=model_file.name)
+    if not stat.S_ISREG(p.stat().st_mode):  # a FIFO or device would block or never end
+        raise errors.ModelLoadError(f"'{_short(p.name)}' is not a regular file.")
     if _looks_like_zip_file(p):
         size = p.stat().st_size
         if size > limits.max_archive_bytes:
@@ -316,8 +325,26 @@ def _looks_like_zip_file(p: Path) -> bool:
         return False
 
 
+MAX_FOLDER_ENTRIES = 20_000
+
+
 def _find_single_model(folder: Path, *, display: str) -> Path:
-    candidates = sorted(q for q in folder.rglob("*.onnx") if q.is_file())
+    """The one .onnx file in ``folder`` (or the one at its top level); the search is bounded."""
+    candidates: list[Path] = []
+    seen = 0
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        seen += len(dirs) + len(files)
+        if seen > MAX_FOLDER_ENTRIES:
+            raise errors.ModelLoadError(
+                f"'{_short(display)}' holds more than {MAX_FOLDER_ENTRIES:,} entries; give the "
+                ".onnx file itself."
+            )
+        dirs.sort()
+        for f in files:
+            q = Path(root) / f
+            if f.lower().endswith(".onnx") and q.is_file():
+                candidates.append(q)
+    candidates.sort()
     if not candidates:
         raise errors.ModelLoadError(f"'{_short(display)}' holds no .onnx file.")
     if len(candidates) > 1:

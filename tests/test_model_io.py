@@ -16,7 +16,7 @@ import pytest
 from hostile import corpus  # tests/ is on sys.path (rootdir conftest)
 from onnx import TensorProto, helper, numpy_helper
 
-from fusionviz import errors, model_io
+from fusionviz import errors, model_io, samples
 from fusionviz.errors import printable
 from fusionviz.model_io import Limits
 
@@ -120,8 +120,16 @@ def test_folder_prefers_the_single_top_level_model(tmp_path, tiny_model_bytes):
         model_io.load_path(tmp_path)
 
 
+def test_folder_search_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_io, "MAX_FOLDER_ENTRIES", 10)
+    for i in range(12):
+        (tmp_path / f"f{i}.txt").write_text("x")
+    with pytest.raises(errors.ModelLoadError, match="more than 10 entries"):
+        model_io.load_path(tmp_path)
+
+
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in
-                                  __import__("fusionviz.samples", fromlist=["x"]).light_models()])
+                                  samples.light_models()])
 def test_light_models_load(path):
     loaded = model_io.load_path(path)
     assert model_io.count_nodes(loaded.proto) > 0
@@ -164,6 +172,15 @@ def test_truncated_model_is_refused_at_every_cut(tiny_model_bytes):
     for cut in range(1, len(tiny_model_bytes)):
         with pytest.raises(errors.ModelLoadError):
             model_io.load_bytes(tiny_model_bytes[:cut])
+
+
+def test_fifo_and_devices_are_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)  # opening it for reading would block forever
+    with pytest.raises(errors.ModelLoadError, match="not a regular file"):
+        model_io.load_path(fifo)
+    with pytest.raises(errors.ModelLoadError, match="not a regular file"):
+        model_io.load_path("/dev/zero")
 
 
 def test_empty_file_and_missing_path(tmp_path):

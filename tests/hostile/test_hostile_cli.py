@@ -109,16 +109,25 @@ def hostile_corpus(tmp_path_factory) -> dict[str, Case]:
 
 
 @pytest.fixture(scope="session")
-def hostile_runs(hostile_corpus, run_cli, tmp_path_factory):
-    """``hostile_runs(command)`` -> {case name: Run}; each command's runs are made once, concurrently."""
+def hostile_runs(request, hostile_corpus, run_cli, tmp_path_factory):
+    """``hostile_runs(command)`` -> {case name: Run}; each command's runs are made once, concurrently.
+
+    Only the (command, case) pairs of selected tests are run (so ``-k`` stays cheap), plus the
+    two cases the escaping test reads.
+    """
     work = tmp_path_factory.mktemp("hostile_runs")
+    wanted: dict[str, set[str]] = {c: {"names_with_markup", "names_10000_chars"} for c in COMMANDS}
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.name.startswith("test_hostile_input[") and "command" in params:
+            wanted[params["command"]].add(params["case_name"])
     done: dict[str, dict[str, Run]] = {}
 
     def get(command: str) -> dict[str, Run]:
         if command not in done:
             with ThreadPoolExecutor(WORKERS) as pool:
-                futures = {name: pool.submit(_run_one, run_cli, command, case, work)
-                           for name, case in hostile_corpus.items()}
+                futures = {name: pool.submit(_run_one, run_cli, command, hostile_corpus[name], work)
+                           for name in sorted(wanted[command])}
                 done[command] = {name: f.result() for name, f in futures.items()}
         return done[command]
 
