@@ -277,15 +277,22 @@ def _execution_order(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
 
 
 def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Every tensor name read inside ``node``'s subgraphs, at any depth (iterative, linear)."""
     names: set[str] = set()
-    for a in node.attribute:
-        graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-        for g in graphs:
-            for n in g.node:
-                names.update(n.input)
-                for sub in n.attribute:
-                    if sub.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                        names.update(_subgraph_reads(n))
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        for a in cur.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                graphs = [a.g]
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                graphs = list(a.graphs)
+            else:
+                continue
+            for g in graphs:
+                for n in g.node:
+                    names.update(n.input)
+                    stack.append(n)
     return names
 
 

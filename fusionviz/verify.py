@@ -11,6 +11,10 @@ use 1e-3 for models with long reductions). Precision passes (fp16, int8) report 
 from __future__ import annotations
 
 import dataclasses
+import os
+import pickle
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -20,6 +24,9 @@ from fusionviz import errors
 from fusionviz.inputs import make_inputs
 
 DEFAULT_RTOL = 1e-4
+#: Memory cap (MB) and time limit (s) of an isolated verification child process.
+VERIFY_MEM_MB = int(os.environ.get("FUSIONVIZ_VERIFY_MEM_MB", "4096") or 4096)
+VERIFY_TIMEOUT_S = float(os.environ.get("FUSIONVIZ_VERIFY_TIMEOUT_S", "300") or 300)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,12 +148,21 @@ def verify(
     feeds: Mapping[str, np.ndarray] | None = None,
     rtol: float = DEFAULT_RTOL,
     report_only: bool = False,
+    isolated: bool = False,
 ) -> VerifyResult:
-    """Run both models (ORT optimizations off) on the same inputs and compare every output."""
+    """Run both models (ORT optimizations off) on the same inputs and compare every output.
+
+    ``isolated=True`` (the CLI and the app use it) runs onnxruntime in a child process with a
+    memory cap and time limit (``FUSIONVIZ_VERIFY_MEM_MB``, ``FUSIONVIZ_VERIFY_TIMEOUT_S``), so
+    a model that allocates gigabytes or never finishes costs an error line, not the process.
+    """
     try:
         feeds = dict(feeds) if feeds is not None else make_inputs(original, shapes)
-        ref = run_model(make_session(original), feeds)
-        got = run_model(make_session(optimized), feeds)
+        if isolated:
+            ref, got = _run_isolated(original, optimized, feeds)
+        else:
+            ref = run_model(make_session(original), feeds)
+            got = run_model(make_session(optimized), feeds)
     except errors.FusionvizError as exc:
         return VerifyResult(False, (), rtol, error=str(exc), report_only=report_only)
     diffs = []
@@ -157,3 +173,24 @@ def verify(
         diffs.append(compare(a, got[name], name))
     ok = all(d.max_rel_diff <= rtol for d in diffs)
     return VerifyResult(ok, tuple(diffs), rtol, report_only=report_only)
+
+
+def _run_isolated(a: onnx.ModelProto, b: onnx.ModelProto, feeds: Mapping[str, np.ndarray]):
+    payload = pickle.dumps((a.SerializeToString(), b.SerializeToString(), dict(feeds), VERIFY_MEM_MB))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "fusionviz.verify_worker"], input=payload,
+                              capture_output=True, timeout=VERIFY_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise errors.RuntimeLoadError(
+            f"verification timed out after {VERIFY_TIMEOUT_S:g} s (FUSIONVIZ_VERIFY_TIMEOUT_S)"
+        ) from None
+    if proc.returncode != 0 or not proc.stdout:
+        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        reason = tail[-1] if tail else f"exit status {proc.returncode}"
+        if proc.returncode < 0 or "MemoryError" in reason or "bad_alloc" in reason:
+            reason = f"it ran out of memory (cap {VERIFY_MEM_MB} MB, FUSIONVIZ_VERIFY_MEM_MB)"
+        raise errors.RuntimeLoadError(f"onnxruntime could not run the model for verification: {reason}")
+    result = pickle.loads(proc.stdout)  # our own child's output
+    if result[0] == "error":
+        raise errors.RuntimeLoadError(result[1])
+    return result[1], result[2]

@@ -49,7 +49,8 @@ def run(args) -> int:
     code = 0
     if not args.no_verify:
         exact = all(p.exact for p in passes)
-        v = verify.verify(result.original, result.final, shapes=shapes, rtol=args.rtol, report_only=not exact)
+        v = verify.verify(result.original, result.final, shapes=shapes, rtol=args.rtol, report_only=not exact,
+                          isolated=True)
         report["verify"] = v.as_dict()
         progress(f"verify: {v.summary()}")
         if v.error:

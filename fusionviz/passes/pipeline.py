@@ -121,7 +121,12 @@ def infer_shapes(model: ir.Model) -> ir.Model:
 
 
 def to_ir(model: onnx.ModelProto) -> ir.Model:
-    return ir.serde.deserialize_model(model)
+    try:
+        return ir.serde.deserialize_model(model)
+    except Exception as exc:  # noqa: BLE001 - SerdeError, ValueError, ... on malformed protos
+        raise errors.ModelLoadError(
+            f"The model cannot be converted for the passes: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def to_proto(model: ir.Model) -> onnx.ModelProto:

@@ -108,8 +108,9 @@ def verify(sha: str, passes: tuple[str, ...], shapes: tuple, exact: bool,
     """Verification of the pipeline result against its original (ORT, optimizations off)."""
     from fusionviz.verify import verify as _verify
 
+    # Isolated: an uploaded model that allocates gigabytes must not take the server down.
     return _verify(_original, _optimized, shapes={k: list(v) for k, v in shapes} or None,
-                   report_only=not exact)
+                   report_only=not exact, isolated=True)
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
