@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -53,13 +54,17 @@ def latency_box(results: Sequence[Any], *, title: str = "Latency per variant") -
             continue
         med = _get(stats, "median_ms")
         unstable = _get(stats, "unstable", False)
-        fig.add_trace(go.Box(y=samples, name=label, boxpoints=False, marker_color=_COLORS[i % len(_COLORS)],
-                             hovertemplate=f"{label}<br>%{{y:.3f}} ms<extra></extra>"))
+        # Precomputed box: whiskers at p5/p95 so a few scheduler hiccups (10-100x the median on a
+        # shared machine) cannot squash every box into a line at the bottom of the axis.
+        p5, q1, q2, q3, p95 = np.percentile(np.asarray(samples, dtype=float), [5, 25, 50, 75, 95])
+        fig.add_trace(go.Box(x=[label], q1=[q1], median=[q2], q3=[q3], lowerfence=[p5], upperfence=[p95],
+                             name=label, marker_color=_COLORS[i % len(_COLORS)]))
         fig.add_annotation(x=label, y=med, text=f"{med:.3f} ms" + (" ⚠" if unstable else ""),
                            showarrow=False, yshift=12, font={"size": 11})
     if failed:
         title += " (failed: " + ", ".join(str(f) for f in failed) + ")"
-    fig.update_layout(title=title, yaxis_title="latency per inference (ms)", showlegend=False)
+    fig.update_layout(title=title, yaxis_title="latency per inference (ms); box p25–p75, whiskers p5–p95",
+                      showlegend=False)
     return fig
 
 
