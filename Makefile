@@ -29,6 +29,7 @@ run: venv
 	$(BIN)/streamlit run app.py --server.port $(PORT) -- --sample resnet_ts
 
 test: dev chromium
+	$(BIN)/ruff check fusionviz tests app.py benchmarks sample_models
 	FUSIONVIZ_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
 
 lint: dev

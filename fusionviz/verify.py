@@ -109,7 +109,7 @@ def run_model(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]
         outs = session.run(names, dict(feeds))
     except Exception as exc:  # noqa: BLE001
         raise errors.RuntimeLoadError(f"onnxruntime failed to run the model: {_ort_sentence(exc)}") from None
-    return dict(zip(names, outs))
+    return dict(zip(names, outs, strict=True))
 
 
 def compare(ref: np.ndarray, got: np.ndarray, name: str) -> OutputDiff:

@@ -64,8 +64,8 @@ class Change:
     detail: str = ""
 
     def describe(self) -> str:
-        ins = " + ".join(f"{o} {n}" for o, n in zip(self.in_ops, self.inputs)) or "-"
-        outs = " + ".join(f"{o} {n}" for o, n in zip(self.out_ops, self.outputs)) or "-"
+        ins = " + ".join(f"{o} {n}" for o, n in zip(self.in_ops, self.inputs, strict=False)) or "-"
+        outs = " + ".join(f"{o} {n}" for o, n in zip(self.out_ops, self.outputs, strict=False)) or "-"
         return f"{self.kind.value}: {ins} → {outs}" + (f" ({self.detail})" if self.detail else "")
 
     def as_dict(self) -> dict:
@@ -268,7 +268,6 @@ def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str,
                  hint=None) -> list[Change]:
     """Compute Changes between a pre-pass node snapshot and the model after (rules 1-3)."""
     after = _snapshot_nodes(model)
-    before_ids = {id(r.node): r for r in before}
     after_ids = {id(r.node): r for r in after}
     matched_after: set[int] = set()
     changed: list[tuple[_NodeRec, _NodeRec]] = []
