@@ -56,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     except errors.FusionvizError as exc:
         sys.stderr.write(f"fusionviz: error: {exc}\n")
         return exc.exit_code
+    except BrokenPipeError:  # e.g. `python -m fusionviz passes | head`: not an error
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return 0
     except KeyboardInterrupt:
         sys.stderr.write("fusionviz: interrupted\n")
         return 130

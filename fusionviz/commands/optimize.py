@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fusionviz import errors, model_io, verify
+from fusionviz import errors, model_io
 from fusionviz.commands._common import (
     add_model_arg,
     add_shape_arg,
@@ -11,7 +11,6 @@ from fusionviz.commands._common import (
     shapes_of,
     write_json,
 )
-from fusionviz.passes import registry, run_pipeline
 
 
 def register(sub) -> None:
@@ -24,11 +23,14 @@ def register(sub) -> None:
     add_shape_arg(p)
     p.add_argument("--report", metavar="REPORT.json", help="write a JSON report")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
-    p.add_argument("--rtol", type=float, default=verify.DEFAULT_RTOL, help="relative tolerance (default 1e-4)")
+    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from fusionviz import verify  # heavy imports only when the command runs
+    from fusionviz.passes import registry, run_pipeline
+
     if args.all or args.passes is None:
         names = registry.default_passes()
     else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fusionviz.commands._common import write_json
-from fusionviz.passes import all_passes
 
 
 def register(sub) -> None:
@@ -13,6 +12,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from fusionviz.passes import all_passes  # heavy (onnx-ir, onnxscript): only when used
+
     passes = all_passes()
     if args.json:
         write_json([p.info() for p in passes], None)
