@@ -63,6 +63,10 @@ from fusionviz.ortlevels import LEVELS
 logger = logging.getLogger(__name__)
 
 MIN_ROUNDS = 5
+#: Worker processes per variant (pyperf's lesson): one process can sit 3-5% off another for
+#: its whole life (memory placement, page alignment), so each variant's timed runs are split
+#: across this many fresh processes, spawned in turn as its measured time passes k/PROCESSES.
+PROCESSES = 3
 ROUND_S = 0.1  # target length of one variant's turn in a round
 LOCK_NAME = "fusionviz-bench.lock"
 _POLL_S = 0.02
@@ -429,6 +433,7 @@ class _Job:
     profile: dict | None = None
     verify: dict | None = None
     plan: dict | None = None
+    processes: int = 1  # worker processes used so far (see PROCESSES)
 
     @property
     def alive(self) -> bool:
@@ -650,6 +655,15 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
             job.samples.extend(times)
             job.round_medians.append(float(np.median(times)))
             job.peak_run_mb = max(job.peak_run_mb or 0.0, reply["peak_rss_mb"])
+            if job.processes < PROCESSES and job.measured_s() >= job.processes * min_time_s / PROCESSES:
+                try:  # hand the rest of this variant's runs to a fresh process
+                    job.worker.close()
+                    job.worker = new_worker(job.variant.label)
+                    job.worker.request(_init_msg(job.model_path, inputs_path, names, job.variant.settings))
+                    job.worker.request({"cmd": "run", "n": warmup})
+                    job.processes += 1
+                except _WorkerFailed as exc:
+                    fail(job, exc)
 
     # Verification, then the profiled session (arena figures; op/node times when asked).
     for k, job in enumerate(jobs):
