@@ -63,7 +63,7 @@ def run(args) -> int:
                             hops=args.hops, changed_only=args.changed_only,
                             context_hops=args.context_hops, rankdir=args.rankdir, **kw)
     rendered = render_graph(model, diff=diff, side=args.side, options=options)
-    text = rendered.dot if fmt in ("dot", "gv") else render_svg(rendered.dot)
+    text = rendered.dot if fmt in ("dot", "gv") else _quiet_c_stderr(render_svg, rendered.dot)
     try:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
@@ -75,3 +75,22 @@ def run(args) -> int:
     if rendered.note:
         sys.stderr.write(f"note: {rendered.note}\n")
     return 0
+
+
+def _quiet_c_stderr(fn, *args):
+    """Run ``fn`` with file descriptor 2 sent to /dev/null: Graphviz's bundled fontconfig prints
+    warnings about the system's font configuration straight from C, which would break the CLI's
+    one-line-on-stderr contract. Python-level errors still surface as exceptions."""
+    import os
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                return fn(*args)
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
