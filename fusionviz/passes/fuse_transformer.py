@@ -465,6 +465,17 @@ shape `(B|1, 1|N, S, T)` is passed as `attention_bias`. Masks of other shapes ar
 Float32 only (the CPU kernel); tolerance 1e-3 relative (the kernel sums in a different order).
 """
 
+    uses_origin_hints = True
+
+    def origin_tensor(self, node: ir.Node) -> str | None:
+        """Each Attention stands for its block's context tensor (its output is named
+        ``<context>_attn``); the shared mask Cast is new. Blocks that share one mask computation
+        are thus credited per block instead of as one change."""
+        out = node.outputs[0].name if node.outputs else ""
+        if node.op_type == "Attention" and out and out.endswith("_attn"):
+            return out[: -len("_attn")]
+        return None
+
     def transform(self, model: ir.Model) -> None:
         opset = _opset(model)
         consumed: list[ir.Value] = []
