@@ -128,7 +128,11 @@ def _fixed_inputs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | 
 # shape/type result is the same (outputs beyond the first are left unknown unless listed).
 _SAME_AS_INPUT0 = frozenset(
     "Gelu FastGelu BiasGelu QuickGelu BiasSoftmax BiasAdd SkipLayerNormalization "
-    "SkipSimplifiedLayerNormalization SimplifiedLayerNormalization".split()
+    "SkipSimplifiedLayerNormalization SimplifiedLayerNormalization "
+    # Self-attention: output 0 is (batch, seq, v_hidden), the query's shape whenever the value
+    # hidden size equals the input's (every BERT/GPT block fusionviz makes). Without this the
+    # plan falls back to onnxruntime's symbolic inference: 1.1 s instead of ~0.05 s on bert_ts.
+    "Attention MultiHeadAttention".split()
 )
 _STANDARD_TWIN = {"FusedConv": "Conv", "FusedGemm": "Gemm", "NhwcConv": None}
 _TWIN_DROP_ATTRS = frozenset({"activation", "activation_params"})
