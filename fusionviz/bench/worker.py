@@ -66,13 +66,18 @@ def _status_kb(key: str) -> int | None:
     return None
 
 
-def _rss_mb() -> float:
-    kb = _status_kb("VmRSS")
+def _status_mb(key: str) -> float:
+    """``/proc/self/status`` field in MB; getrusage's max RSS where /proc is missing."""
+    kb = _status_kb(key)
     if kb is not None:
         return kb / 1024.0
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _rss_mb() -> float:
+    return _status_mb("VmRSS")
 
 
 def _reset_peak() -> bool:
@@ -85,12 +90,7 @@ def _reset_peak() -> bool:
 
 
 def _peak_mb() -> float:
-    kb = _status_kb("VmHWM")
-    if kb is not None:
-        return kb / 1024.0
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return _status_mb("VmHWM")
 
 
 def _ort_sentence(exc: BaseException) -> str:
