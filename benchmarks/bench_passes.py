@@ -78,7 +78,7 @@ def pipeline_table(models, repeat: int) -> list[dict]:
         slim_model, slim_err = None, ""
         for _ in range(repeat):  # alternate ours / onnxslim
             t = time.perf_counter()
-            result = run_pipeline(model, names)
+            result = run_pipeline(model, names, keep_snapshots=False)
             ours_t.append(time.perf_counter() - t)
             slim_model, dt, slim_err = _slim(model)
             slim_t.append(dt)

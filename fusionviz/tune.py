@@ -159,11 +159,11 @@ def tune(
     def build(ps: Sequence[str]) -> onnx.ModelProto:
         key = tuple(ps)
         if key not in built:
-            built[key] = run_pipeline(model, list(ps), shapes=shapes).final
+            built[key] = run_pipeline(model, list(ps), shapes=shapes, keep_snapshots=False).final
         return built[key]
 
     say(f"tune: running {len(names)} passes")
-    full = run_pipeline(model, names, shapes=shapes)
+    full = run_pipeline(model, names, shapes=shapes, keep_snapshots=False)
     active = [r.name for r in full.reports if r.changes and not r.error]
     inactive = tuple(n for n in names if n not in active)
     built[tuple(active)] = full.final
@@ -285,4 +285,4 @@ def tuned_model(model: onnx.ModelProto, result: TuneResult,
     """The winner's model (its passes applied); run it with ``result.best``'s settings."""
     from fusionviz.passes import run_pipeline
 
-    return run_pipeline(model, list(result.best.passes), shapes=shapes).final
+    return run_pipeline(model, list(result.best.passes), shapes=shapes, keep_snapshots=False).final

@@ -87,7 +87,7 @@ def leave_one_out(model: onnx.ModelProto, passes: Sequence[str], settings: Setti
 
     names = [p.name for p in registry.resolve(passes)]
     sfx = _suffix(settings, tag_level)
-    full = run_pipeline(model, names, shapes=shapes)
+    full = run_pipeline(model, names, shapes=shapes, keep_snapshots=False)
     active = [r.name for r in full.reports if r.changes and not r.error]
     skipped = [n for n in names if n not in active] if skip_unchanged else []
     variants = [Variant(ALL + sfx, full.final, settings, tuple(active if skip_unchanged else names))]
@@ -95,7 +95,7 @@ def leave_one_out(model: onnx.ModelProto, passes: Sequence[str], settings: Setti
         if p in skipped:
             continue
         rest = [n for n in (active if skip_unchanged else names) if n != p]
-        res = run_pipeline(model, rest, shapes=shapes)
+        res = run_pipeline(model, rest, shapes=shapes, keep_snapshots=False)
         variants.append(Variant(f"-{p}{sfx}", res.final, settings, tuple(rest)))
     return WhatIf(tuple(variants), tuple(skipped))
 

@@ -87,7 +87,7 @@ def build_variants(model, args, settings, shapes) -> list:
         for label, names in specs:
             if names:
                 progress(f"running passes for '{label}': {', '.join(names)}")
-                res = run_pipeline(model, names, shapes=shapes)
+                res = run_pipeline(model, names, shapes=shapes, keep_snapshots=False)
                 for r in res.reports:
                     if r.error:
                         progress(f"  pass {r.name} skipped: {r.error}")

@@ -40,7 +40,7 @@ def run(args) -> int:
     passes = registry.resolve(names)  # validates names before any work
     loaded = load_model_arg(args.model)
     shapes = shapes_of(args)
-    result = run_pipeline(loaded.proto, [p.name for p in passes],
+    result = run_pipeline(loaded.proto, [p.name for p in passes], keep_snapshots=False,
                           shapes=shapes, progress=lambda i, n, name: progress(f"[{i}/{n}] {name}") if i < n else None)
     for r in result.reports:
         line = f"{r.name:<28} {len(r.changes):>4} changes  nodes {r.nodes_before} -> {r.nodes_after}  {r.seconds * 1000:.0f} ms"

@@ -93,6 +93,18 @@ class Pass:
 
     uses_origin_hints: ClassVar[bool] = False
 
+    #: Op types of which at least one must be in the model for the pass to have anything to do
+    #: (empty: always run). The pipeline skips a pass whose triggers are all absent, without
+    #: shape inference or bookkeeping, and reports why: a pass that cannot apply costs nothing.
+    trigger_ops: ClassVar[frozenset[str]] = frozenset()
+
+    def applicable(self, ops: set[str]) -> bool:
+        """False when the model (its op types: ``ops``) certainly gives this pass nothing to do."""
+        return not self.trigger_ops or bool(self.trigger_ops & ops)
+
+    def skip_reason(self) -> str:
+        return "nothing to do: the model has no " + " / ".join(sorted(self.trigger_ops))
+
     def transform(self, model: ir.Model) -> ir.Model | None:  # pragma: no cover - abstract
         """Change ``model`` in place (return None) or return a new model."""
         raise NotImplementedError

@@ -34,6 +34,7 @@ from onnxscript.rewriter import pattern as orp
 from onnxscript.rewriter.rules.common import _fuse_batchnorm, _fuse_conv_affine, _fuse_pad_into_conv
 
 from fusionviz.passes.base import Category, Pass
+from fusionviz.passes.rulefilter import applicable_rules, model_ops
 
 logger = logging.getLogger(__name__)
 
@@ -77,10 +78,12 @@ def apply_rules(model: ir.Model, rules: Sequence[orp.RewriteRule], *, commute: b
     graph = model.graph
     had_uses = {id(n) for n in graph if any(_used(v) for v in n.outputs)}
     used_inits = {name for name, v in graph.initializers.items() if _used(v)}
-    rule_list = list(rules)
+    rule_list = applicable_rules(rules, model_ops(model), commute=commute)
+    if not rule_list:
+        return 0
     for r in rule_list:  # keep the rewrite scoped: never a global dead-code sweep
         r.remove_nodes = True
-    count = orp.RewriteRuleSet(rule_list, commute=commute).apply_to_model(model)
+    count = orp.RewriteRuleSet(rule_list).apply_to_model(model)
     if count:
         for node in reversed(list(graph)):
             if id(node) in had_uses and not any(_used(v) for v in node.outputs):
@@ -313,6 +316,7 @@ class FoldBatchNorm(Pass):
     title = "Fold BatchNorm into Conv / ConvTranspose / Gemm / MatMul"
     category = Category.FUSE
     order = 210
+    trigger_ops = frozenset({"BatchNormalization"})
     explain = """\
 **What:** an inference-mode `BatchNormalization` that directly follows a `Conv`,
 `ConvTranspose`, `Gemm` or `MatMul` (constant 2-D weight, rank-2 input) disappears: its
@@ -500,6 +504,7 @@ class FuseConvAffine(Pass):
     title = "Fold affine Mul/Add after Conv into its weights"
     category = Category.FUSE
     order = 215
+    trigger_ops = frozenset({"Conv"})
     explain = """\
 **What:** `Conv → Mul(s)` (or `Div(d)`, i.e. `s = 1/d`), optionally followed by `Add(t)`,
 where `s` and `t` are constants with one value per output channel (or one scalar), becomes
@@ -536,6 +541,7 @@ class FuseConvAddBias(Pass):
     title = "Fold Add(bias) after Conv into the Conv bias"
     category = Category.FUSE
     order = 220
+    trigger_ops = frozenset({"Conv"})
     explain = """\
 **What:** `Conv(x, W[, b]) → Add(t)` (or `Sub(t)`) with a constant `t` that has one value per
 output channel (shape `(C,1,1)`, `(1,C,1,1)`, or a scalar) becomes `Conv(x, W, b + t)`.
@@ -734,6 +740,7 @@ class FusePadIntoConv(Pass):
     title = "Fold Pad into Conv / pool padding"
     category = Category.FUSE
     order = 225
+    trigger_ops = frozenset({"Pad"})
     explain = """\
 **What:** a separate `Pad` in front of a `Conv` (constant mode, value 0, constant amounts,
 only spatial axes) is removed and its amounts are added to the Conv's own `pads`. Also into
@@ -830,6 +837,7 @@ class FuseConvActivation(Pass):
     title = "Fuse Conv + activation (FusedConv)"
     category = Category.FUSE
     order = 260
+    trigger_ops = frozenset({"Conv"})
     explain = """\
 **What:** `Conv` followed by `Relu`, `Clip` (ReLU6), `Sigmoid`, `HardSigmoid`, `LeakyRelu`,
 `Tanh` or `HardSwish` becomes one `com.microsoft.FusedConv` node (onnxruntime's contrib

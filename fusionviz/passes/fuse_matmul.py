@@ -76,6 +76,7 @@ class MatMulAddToGemm(Pass):
     title = "Fuse MatMul + Add into Gemm"
     category = Category.FUSE
     order = 240
+    trigger_ops = frozenset({"MatMul"})
     explain = """\
 **What:** `Add(MatMul(A, B), C)` with 2-D `A` and `B` becomes `Gemm(A, B, C)`
 (`Y = α·A·B + β·C`, here α = β = 1). A 2-D `Transpose` on `A` or `B` is absorbed into

@@ -143,6 +143,7 @@ class FuseGelu(Pass):
     title = "Fuse GELU (erf and tanh forms)"
     category = Category.FUSE
     order = 280
+    trigger_ops = frozenset({"Erf", "Tanh"})
     explain = """\
 **What:** the 5–9 elementwise nodes exporters write for GELU become one node:
 
@@ -259,6 +260,7 @@ class FuseLayerNorm(Pass):
     title = "Fuse decomposed LayerNorm into LayerNormalization"
     category = Category.FUSE
     order = 285
+    trigger_ops = frozenset({"ReduceMean", "LayerNormalization"})
     explain = """\
 **What:** the nine nodes of a hand-written layer norm over the last axis
 

@@ -444,6 +444,7 @@ class AttentionFusion(Pass):
     title = "Attention → com.microsoft.Attention"
     category = Category.FUSE
     order = 300
+    trigger_ops = frozenset({"Softmax"})
     needs_shapes = True
     explain = """\
 **What:** finds self-attention written out op by op — three projections `x·W+b`, reshape to
@@ -595,6 +596,7 @@ class SkipLayerNormFusion(Pass):
     title = "Add + LayerNormalization → SkipLayerNormalization"
     category = Category.FUSE
     order = 310
+    trigger_ops = frozenset({"LayerNormalization"})
     needs_shapes = True
     explain = """\
 **What:** `LayerNormalization(a + b [+ bias])` — the residual connection of every transformer
@@ -770,6 +772,7 @@ class BiasGeluFusion(Pass):
     title = "Bias + GELU → BiasGelu / FastGelu"
     category = Category.FUSE
     order = 320
+    trigger_ops = frozenset({"Gelu", "FastGelu", "Erf"})
     needs_shapes = True
     explain = """\
 **What:** `Gelu(x + b)` with a 1-D constant bias `b` (the feed-forward layer's first bias)
@@ -842,6 +845,7 @@ class FusedMatMulFusion(Pass):
     title = "MatMul + Transpose/scale → FusedMatMul"
     category = Category.FUSE
     order = 330
+    trigger_ops = frozenset({"MatMul"})
     needs_shapes = True
     explain = """\
 **What:** a `MatMul` whose operand is a `Transpose` of its last two axes, and/or whose output or

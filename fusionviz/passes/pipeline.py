@@ -32,6 +32,7 @@ class PassReport:
     nodes_after: int
     seconds: float
     error: str | None = None
+    note: str = ""  # e.g. why the pass was skipped without running
 
     def as_dict(self) -> dict:
         return {
@@ -42,6 +43,7 @@ class PassReport:
             "nodes_after": self.nodes_after,
             "seconds": round(self.seconds, 4),
             "error": self.error,
+            "note": self.note,
         }
 
 
@@ -139,8 +141,15 @@ def run_pipeline(
     *,
     shapes: Mapping[str, Sequence[int]] | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    keep_snapshots: bool = True,
 ) -> PipelineResult:
-    """Run ``pass_names`` (any order given; canonical order used) on a copy of ``model``."""
+    """Run ``pass_names`` (any order given; canonical order used) on a copy of ``model``.
+
+    ``keep_snapshots=False`` (the CLI: it needs only the original and the result) keeps two
+    snapshots, "original" and the last pass's, and skips serializing the model after every
+    pass. The restore-on-error rule needs those per-pass snapshots, so when a pass fails in
+    that mode the pipeline is simply run again with them: the result is the same either way.
+    """
     passes = registry.resolve(pass_names)
     t0 = time.perf_counter()
     work = to_ir(model)
@@ -151,11 +160,18 @@ def run_pipeline(
     snapshots = [Snapshot("original", original, count_nodes(work))]
     reports: list[PassReport] = []
     shapes_fresh = False  # shape inference is re-run only after a pass changed the model
+    ops: set[str] | None = None  # op types present; recomputed only after a change
     for i, p in enumerate(passes):
         if progress:
             progress(i, len(passes), p.name)
-        n0 = count_nodes(work)
         t = time.perf_counter()
+        if ops is None:
+            ops = {n.op_type for n in all_nodes(work)}
+        n0 = snapshots[-1].node_count
+        if not p.applicable(ops):
+            reports.append(PassReport(p.name, p.title, (), n0, n0, time.perf_counter() - t, note=p.skip_reason()))
+            snapshots.append(Snapshot(p.name, snapshots[-1].model, n0))
+            continue
         error = None
         changes: list[Change] = []
         try:
@@ -169,17 +185,24 @@ def run_pipeline(
             logger.exception("pass %s failed", p.name)
             error = f"{type(exc).__name__}: {exc}"
         if error is not None:
+            if not keep_snapshots:  # nothing to restore from: run again the careful way
+                return run_pipeline(model, pass_names, shapes=shapes, progress=progress)
             work = to_ir(snapshots[-1].model)
             changes = []
         dt = time.perf_counter() - t
         if changes or error is not None:
             shapes_fresh = False
-            proto = to_proto(work)
+            ops = None
+            proto = to_proto(work) if keep_snapshots else None
         else:
             proto = snapshots[-1].model  # unchanged: share the previous snapshot (read-only)
         n1 = count_nodes(work)
         reports.append(PassReport(p.name, p.title, tuple(changes), n0, n1, dt, error))
         snapshots.append(Snapshot(p.name, proto, n1))
+    if not keep_snapshots:
+        last = snapshots[-1]
+        final = last.model if len(snapshots) == 1 or last.model is not None else to_proto(work)
+        snapshots = [snapshots[0]] + ([Snapshot(last.label, final, last.node_count)] if len(snapshots) > 1 else [])
     if progress:
         progress(len(passes), len(passes), "done")
     return PipelineResult(tuple(snapshots), tuple(reports), time.perf_counter() - t0)

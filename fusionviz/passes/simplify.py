@@ -37,6 +37,7 @@ from onnxscript.rewriter._rewrite_rule import RewriteRuleClassBase
 from onnxscript.rewriter.rules import common as lib_rules
 
 from fusionviz.passes.base import Category, Change, ChangeKind, Pass, all_nodes
+from fusionviz.passes.rulefilter import applicable_rules, model_ops
 
 logger = logging.getLogger(__name__)
 
@@ -175,10 +176,14 @@ def eliminate_identity(node: ir.Node) -> bool:
 def _apply_rules(model: ir.Model, rules: Sequence[orp.RewriteRule]) -> int:
     """Run onnxscript rewrite rules to a fixed point, then clean up after them (rule 1)."""
     cleanup = _Cleanup(model)
-    rule_set = orp.RewriteRuleSet(list(rules))
-    rule_set.remove_unused_nodes = False  # we prune only what the rules made dead
+    rules = list(rules)
     total = 0
     for _ in range(_MAX_ROUNDS):
+        live = applicable_rules(rules, model_ops(model))  # re-checked each round: rules make ops
+        if not live:
+            break
+        rule_set = orp.RewriteRuleSet(live)
+        rule_set.remove_unused_nodes = False  # we prune only what the rules made dead
         count = rule_set.apply_to_model(model)
         total += count
         cleanup.bypass_new_identities(model)
@@ -628,6 +633,15 @@ class _FoldOnlyConstants(FoldConstantsPass):
         self.used += est
         return True
 
+    def _do_inference(self, node: ir.Node) -> None:
+        # Per-node inference can only refine what is unknown: outputs whose type and static
+        # shape are already known (from the pipeline's whole-model inference) are left alone.
+        # This halves the pass on models that were shape-inferred before it.
+        if node.outputs and all(v.dtype is not None and _static_dims(v.shape) is not None
+                                for v in node.outputs):
+            return
+        super()._do_inference(node)
+
     def process_node(self, node: ir.Node, is_function: bool):  # type: ignore[override]
         if _is_onnx(node, "Identity"):
             return None  # identity_elimination's job
@@ -749,6 +763,7 @@ class CastExpandSimplify(Pass):
     title = "CastLike / Cast / Expand simplification"
     category = Category.SIMPLIFY
     order = 115
+    trigger_ops = frozenset({"Cast", "CastLike", "Expand"})
     needs_shapes = True
     explain = """\
 **What:** where types and shapes are statically known:
@@ -792,6 +807,7 @@ class IdentityElimination(Pass):
     title = "Identity elimination"
     category = Category.SIMPLIFY
     order = 120
+    trigger_ops = frozenset({"Identity"})
     explain = """\
 **What:** removes `Identity` nodes, wiring their consumers straight to the input.
 An Identity that produces a graph output is kept when its input is a graph input, an
@@ -832,6 +848,7 @@ class DropoutElimination(Pass):
     title = "Dropout elimination (inference)"
     category = Category.SIMPLIFY
     order = 125
+    trigger_ops = frozenset({"Dropout"})
     explain = """\
 **What:** at inference a `Dropout` passes its input through unchanged (any ratio), so it is
 removed. A Dropout in training mode (`training_mode` true, or not a constant) is kept. When its
@@ -941,6 +958,7 @@ class ChainMerging(Pass):
     title = "Transpose / Reshape / Squeeze / Cast / Slice chain merging"
     category = Category.SIMPLIFY
     order = 140
+    trigger_ops = frozenset({"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Cast", "Slice"})
     needs_shapes = True
     explain = """\
 **What:** merges runs of the same data-movement op into one:

@@ -145,3 +145,50 @@ def test_snapshots_one_per_pass_plus_original():
     assert all(isinstance(s.model, onnx.ModelProto) for s in result.snapshots)
     d = result.as_dict()
     assert {"passes", "nodes_before", "nodes_after"} <= set(d)
+
+
+def test_pass_without_its_trigger_ops_is_skipped_with_a_reason(monkeypatch):
+    """A pass whose trigger ops are absent does not run at all (no shape inference, no diff)."""
+    calls = []
+    bn = registry.get_pass("fold_batchnorm")
+    monkeypatch.setattr(type(bn), "transform", lambda self, m: calls.append(1))
+    result = run_pipeline(onnx.parser.parse_model(CHAIN), ["fold_batchnorm", "identity_elimination"])
+    ident, fold = result.reports  # canonical order: identity_elimination runs first
+    assert not calls and not fold.changes and fold.error is None
+    assert "BatchNormalization" in fold.note
+    assert ident.note == "" and ident.nodes_after == 2
+
+
+def test_without_snapshots_the_result_is_the_same_and_errors_still_restore(monkeypatch):
+    model = onnx.parser.parse_model(CHAIN)
+    full = run_pipeline(model, ["identity_elimination"])
+    lean = run_pipeline(model, ["identity_elimination"], keep_snapshots=False)
+    assert [s.label for s in lean.snapshots] == ["original", "identity_elimination"]
+    assert lean.final.SerializeToString() == full.final.SerializeToString()
+    # A failing pass: the lean run falls back to the careful one and reports the same thing.
+    passes = [_Boom(), registry.get_pass("identity_elimination")]
+    monkeypatch.setattr(registry, "resolve", lambda names: passes)
+    lean = run_pipeline(model, ["x"], keep_snapshots=False)
+    boom, ident = lean.reports
+    assert boom.error and boom.nodes_after == 4 and ident.nodes_after == 2
+    assert verify(lean.original, lean.final).ok
+
+
+def test_rule_filter_keeps_only_rules_whose_ops_are_present():
+    from onnxscript.rewriter import pattern as orp
+
+    from fusionviz.passes import rulefilter
+
+    def pat(op, x):
+        return op.Relu(op.Abs(x))
+
+    def rep(op, x):
+        return op.Abs(x)
+
+    rule = orp.RewriteRule(pat, rep)
+    assert rulefilter.required_ops(rule) == {"Relu", "Abs"}
+    assert rulefilter.applicable_rules([rule], {"Relu"}) == []
+    (kept,) = rulefilter.applicable_rules([rule], {"Relu", "Abs", "Add"})
+    # the fast root check refuses a node of another op type without matching
+    node = ir.node("Abs", [ir.Value(name="x")])
+    assert kept.try_rewrite(None, None, node) is None
