@@ -135,6 +135,27 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
     return ir.serde.serialize_model(model)
 
 
+def _values_by_id(model: ir.Model) -> dict[int, ir.Value]:
+    return {id(v): v for n in all_nodes(model) for v in n.outputs}
+
+
+def _shapes_still_fresh(p, model: ir.Model, inferred: dict[int, ir.Value]) -> bool:
+    """Whether shape inference after pass ``p`` could tell later passes nothing new.
+
+    True when every node output either existed at the last inference (its shape is what
+    inference said; passes keep a value's meaning) or is new and was given a type and shape by
+    the pass (fusions copy them from the value they replace). Constant folding can make
+    shapes more precise downstream (a folded Reshape target), so it always counts as stale.
+    """
+    if p.name == "constant_folding":
+        return False
+    for n in all_nodes(model):
+        for v in n.outputs:
+            if id(v) not in inferred and (v.dtype is None or v.shape is None):
+                return False
+    return True
+
+
 def run_pipeline(
     model: onnx.ModelProto,
     pass_names: Sequence[str],
@@ -159,7 +180,8 @@ def run_pipeline(
     original = to_proto(work)
     snapshots = [Snapshot("original", original, count_nodes(work))]
     reports: list[PassReport] = []
-    shapes_fresh = False  # shape inference is re-run only after a pass changed the model
+    shapes_fresh = False  # shape inference is re-run only when a pass left values without it
+    inferred: dict[int, ir.Value] = {}  # the values the last shape inference saw (held: ids stay unique)
     ops: set[str] | None = None  # op types present; recomputed only after a change
     for i, p in enumerate(passes):
         if progress:
@@ -178,6 +200,7 @@ def run_pipeline(
             if p.needs_shapes and not shapes_fresh:
                 work = infer_shapes(work)
                 shapes_fresh = True
+                inferred = _values_by_id(work)
             work, changes = p.apply(work)
         except errors.FusionvizError as exc:
             error = str(exc)
@@ -191,7 +214,7 @@ def run_pipeline(
             changes = []
         dt = time.perf_counter() - t
         if changes or error is not None:
-            shapes_fresh = False
+            shapes_fresh = shapes_fresh and error is None and _shapes_still_fresh(p, work, inferred)
             ops = None
             proto = to_proto(work) if keep_snapshots else None
         else:

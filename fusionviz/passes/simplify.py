@@ -637,8 +637,7 @@ class _FoldOnlyConstants(FoldConstantsPass):
         # Per-node inference can only refine what is unknown: outputs whose type and static
         # shape are already known (from the pipeline's whole-model inference) are left alone.
         # This halves the pass on models that were shape-inferred before it.
-        if node.outputs and all(v.dtype is not None and _static_dims(v.shape) is not None
-                                for v in node.outputs):
+        if node.outputs and all(v.dtype is not None and v.shape is not None for v in node.outputs):
             return
         super()._do_inference(node)
 
@@ -1010,6 +1009,28 @@ are never merged.
         cleanup.prune(model)
 
 
+def _may_have_duplicates(model: ir.Model) -> bool:
+    """Cheap pre-check for DeduplicateHashedInitializersPass, which hashes every weight: two
+    initializers can only be equal if dtype, shape and their first 64 bytes are; when no two
+    agree on those, the (sha512 over all weight bytes) pass has nothing to find."""
+    for g in model.graphs():
+        seen: set[tuple] = set()
+        for v in g.initializers.values():
+            cv = v.const_value
+            if cv is None or v.is_graph_input() or v.is_graph_output():
+                continue
+            try:
+                arr = np.asarray(cv.numpy())
+                head = arr.reshape(-1)[:64].tobytes() if arr.dtype != object else repr(arr.reshape(-1)[:8]).encode()
+            except Exception:  # noqa: BLE001 - unreadable data: let the library pass decide
+                return True
+            key = (cv.dtype, tuple(arr.shape), head)
+            if key in seen:
+                return True
+            seen.add(key)
+    return False
+
+
 class DeduplicateInitializers(Pass):
     """Wraps onnx-ir's DeduplicateHashedInitializersPass (sha512, then exact byte comparison)."""
 
@@ -1028,6 +1049,8 @@ lets CSE see that two nodes now have identical inputs.
 """
 
     def transform(self, model: ir.Model) -> None:
+        if not _may_have_duplicates(model):
+            return  # no two initializers share dtype, shape and leading bytes: nothing to hash
         dedup_logger = logging.getLogger("onnx_ir.passes.common.initializer_deduplication")
         level = dedup_logger.level
         dedup_logger.setLevel(logging.ERROR)  # it warns once per initializer that is a graph input
