@@ -149,24 +149,20 @@ def verify(
     rtol: float = DEFAULT_RTOL,
     report_only: bool = False,
     isolated: bool = False,
-    serialized: tuple[bytes, bytes] | None = None,
 ) -> VerifyResult:
     """Run both models (ORT optimizations off) on the same inputs and compare every output.
 
     ``isolated=True`` (the CLI and the app use it) runs onnxruntime in a child process with a
     memory cap and time limit (``FUSIONVIZ_VERIFY_MEM_MB``, ``FUSIONVIZ_VERIFY_TIMEOUT_S``), so
     a model that allocates gigabytes or never finishes costs an error line, not the process.
-    ``serialized``: the two models' bytes when the caller has them already (saves a
-    serialization of each).
     """
     try:
         feeds = dict(feeds) if feeds is not None else make_inputs(original, shapes)
         if isolated:
             ref, got = _run_isolated(original, optimized, feeds)
         else:
-            a, b = serialized if serialized is not None else (original, optimized)
-            ref = run_model(make_session(a), feeds)
-            got = run_model(make_session(b), feeds)
+            ref = run_model(make_session(original), feeds)
+            got = run_model(make_session(optimized), feeds)
     except errors.FusionvizError as exc:
         return VerifyResult(False, (), rtol, error=str(exc), report_only=report_only)
     diffs = []

@@ -14,9 +14,11 @@ Rules:
 2. The capture runs at onnxruntime's highest level (the layout transformer runs after, and
    depends on, its basic/extended fusions), so the captured graph also holds onnxruntime's own
    fusions of whatever fusionviz's passes left; they are reported by this pass too.
-3. The capture must run: the saved model is loaded again in onnxruntime with optimizations off
-   and compared on deterministic inputs; if it does not load, run or match (1e-4 relative), the
-   pass leaves the model alone and logs why.
+3. The capture must load: the saved model is opened again in onnxruntime with optimizations
+   off; if onnxruntime cannot read back what it wrote, the pass leaves the model alone and logs
+   why. Numerical equality is checked where it is for every pass: by the verification of the
+   pipeline's result (``optimize``, the app, ``tune`` and ``bench`` all run it), which reports a
+   difference instead of hiding it behind a pass that quietly declined.
 """
 
 from __future__ import annotations
@@ -120,7 +122,8 @@ convolution sums are the same products, possibly in a different order (fp32 roun
         # Rule 1
         if not _has_conv(model):
             return None
-        from fusionviz.verify import verify
+        from fusionviz import errors
+        from fusionviz.verify import make_session
 
         proto = ir.serde.serialize_model(model)
         data = proto.SerializeToString()  # once: capture and verification both load these bytes
@@ -134,10 +137,11 @@ convolution sums are the same products, possibly in a different order (fp32 roun
         if n_nchwc == 0:
             logger.info("nchwc_layout: onnxruntime chose no NCHWc kernels for this model on this CPU")
             return None
-        # Rule 3: the captured graph must run with ORT off and match.
-        v = verify(proto, captured, rtol=1e-4, serialized=(data, captured_bytes))
-        if not v.ok:
-            logger.info("nchwc_layout: captured graph not used: %s", v.summary())
+        # Rule 3: the captured graph must load with ORT off.
+        try:
+            make_session(captured_bytes, level="off")
+        except errors.FusionvizError as exc:
+            logger.info("nchwc_layout: captured graph not used: %s", exc)
             return None
         captured.doc_string = proto.graph.doc_string or captured.doc_string
         new = ir.serde.deserialize_model(captured)
