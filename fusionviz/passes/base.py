@@ -181,10 +181,14 @@ def node_passes(node: ir.Node) -> list[str]:
     return [s for s in raw.split(SEP) if s] if raw else []
 
 
-def ensure_unique_names(model: ir.Model, nodes: Sequence[ir.Node] | None = None) -> None:
-    """Rule 4: give every node a unique, non-empty name (``nodes``: ``all_nodes(model)`` if known)."""
+def ensure_unique_names(model: ir.Model, nodes: Sequence[ir.Node] | None = None) -> int:
+    """Rule 4: give every node a unique, non-empty name (``nodes``: ``all_nodes(model)`` if known).
+
+    Returns how many nodes were renamed.
+    """
     seen: set[str] = set()
     counter = 0
+    renamed = 0
     for node in all_nodes(model) if nodes is None else nodes:
         name = node.name
         if not name or name in seen:
@@ -195,7 +199,9 @@ def ensure_unique_names(model: ir.Model, nodes: Sequence[ir.Node] | None = None)
                 if candidate not in seen:
                     break
             node.name = candidate
+            renamed += 1
         seen.add(node.name)
+    return renamed
 
 
 @dataclasses.dataclass

@@ -176,8 +176,12 @@ def run_pipeline(
     work = to_ir(model)
     if shapes:
         fix_input_shapes(work, shapes)
-    ensure_unique_names(work)
-    original = to_proto(work)
+    renamed = ensure_unique_names(work)
+    if shapes or renamed:
+        original = to_proto(work)
+    else:  # the IR holds exactly the input: a C-level copy instead of a serialization
+        original = onnx.ModelProto()
+        original.CopyFrom(model)
     snapshots = [Snapshot("original", original, count_nodes(work))]
     reports: list[PassReport] = []
     shapes_fresh = False  # shape inference is re-run only when a pass left values without it
