@@ -177,6 +177,12 @@ def run_pipeline(
     if shapes:
         fix_input_shapes(work, shapes)
     renamed = ensure_unique_names(work)
+    if passes:
+        from fusionviz.passes.validate import malformed
+
+        why = malformed(work)
+        if why:
+            raise errors.CheckerError(f"The model breaks the ONNX spec, so no pass can run on it: {why}.")
     if shapes or renamed:
         original = to_proto(work)
     else:  # the IR holds exactly the input: a C-level copy instead of a serialization

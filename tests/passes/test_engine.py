@@ -192,3 +192,36 @@ def test_rule_filter_keeps_only_rules_whose_ops_are_present():
     # the fast root check refuses a node of another op type without matching
     node = ir.node("Abs", [ir.Value(name="x")])
     assert kept.try_rewrite(None, None, node) is None
+
+
+def _model(nodes, inits=(), x_shape=(2, 3)):
+    from onnx import TensorProto, helper
+
+    g = onnx.helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _bad_string_pad():
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    pad = helper.make_node("Pad", ["x", "p"], ["y"])
+    pad.attribute.append(helper.make_attribute("mode", b"\xff\xfe"))
+    return _model([pad], [numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "p")])
+
+
+@pytest.mark.parametrize(("build", "needle"), [
+    # each crashed a wrapped library rule before (found by tests/hostile/test_fuzz.py)
+    (lambda: _model([onnx.helper.make_node("Transpose", ["x"], ["a"], perm=[1, 0]),
+                     onnx.helper.make_node("Transpose", ["a"], ["y"], perm=[-5, 0])]), "perm=[-5, 0]"),
+    (lambda: _model([onnx.helper.make_node("Cast", ["x"], ["y"], to=-5)]), "to=-5"),
+    (_bad_string_pad, "'mode' that is not UTF-8"),
+])
+def test_spec_breaking_attributes_are_refused_with_the_node_named(build, needle):
+    model = build()
+    with pytest.raises(errors.CheckerError, match="breaks the ONNX spec") as info:
+        run_pipeline(model, registry.default_passes())
+    assert needle in str(info.value) and "\n" not in str(info.value)
+    # Viewing the model (no passes) still works.
+    assert run_pipeline(model, []).nodes_before >= 1
