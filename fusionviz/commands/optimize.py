@@ -46,6 +46,8 @@ def run(args) -> int:
         line = f"{r.name:<28} {len(r.changes):>4} changes  nodes {r.nodes_before} -> {r.nodes_after}  {r.seconds * 1000:.0f} ms"
         if r.error:
             line += f"  (skipped: {r.error})"
+        elif r.note:
+            line += f"  ({r.note})"
         progress(line)
     report = {"model": loaded.name, **result.as_dict()}
     code = 0

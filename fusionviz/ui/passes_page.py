@@ -193,7 +193,8 @@ def _changes(result) -> None:
             if rep.error:
                 st.warning(f"This pass failed and was skipped: {rep.error}")
             if not n:
-                st.caption("Found nothing to change in this model.")
+                st.caption(f"Found nothing to change in this model ({rep.note})." if rep.note
+                           else "Found nothing to change in this model.")
             for j, ch in enumerate(rep.changes[:60]):
                 c1, c2 = st.columns([8, 1], vertical_alignment="center")
                 c1.markdown(f"`{ch.kind.value}` {ch.describe().split(': ', 1)[-1]}")
