@@ -620,6 +620,9 @@ class _FoldOnlyConstants(FoldConstantsPass):
         self.budget = budget
         self.used = 0
         self.skipped: list[str] = []
+        #: a replacement added a node that is not a Constant (CastLike -> Cast): folding it
+        #: needs another round. Otherwise one topological visit has reached the fixed point.
+        self.made_nodes = False
 
     def _should_fold(self, node: ir.Node) -> bool | None:
         if _is_onnx(node, "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"):
@@ -642,6 +645,12 @@ class _FoldOnlyConstants(FoldConstantsPass):
         super()._do_inference(node)
 
     def process_node(self, node: ir.Node, is_function: bool):  # type: ignore[override]
+        replacement = self._process_node(node, is_function)
+        if replacement is not None and any(not _is_onnx(n, "Constant") for n in replacement.new_nodes):
+            self.made_nodes = True
+        return replacement
+
+    def _process_node(self, node: ir.Node, is_function: bool):
         if _is_onnx(node, "Identity"):
             return None  # identity_elimination's job
         replacement = super().process_node(node, is_function)
@@ -745,8 +754,9 @@ run-time tensors are left to the passes of those names).
         budget = fold_budget_bytes()
         folder = _FoldOnlyConstants(budget)
         for _ in range(_MAX_ROUNDS):
+            folder.made_nodes = False
             result = folder(model)
-            if not result.modified:
+            if not result.modified or not folder.made_nodes:
                 break
         LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
         cleanup.prune(model)
