@@ -2,6 +2,8 @@
 
 Pass modules list their passes in ``PASSES``; each pass has an ``order`` number that fixes
 where it runs: simplify 100-199, fuse 200-399, layout/memory 400-499, precision 500-599.
+One simplification runs late on purpose: ``dedup_initializers`` (390), after the fusions,
+because merging equal weights makes them shared, and a shared weight blocks BatchNorm folding.
 Running any subset keeps that order, so toggling one pass never reorders the others.
 """
 

@@ -1047,7 +1047,10 @@ class DeduplicateInitializers(Pass):
     name = "dedup_initializers"
     title = "Duplicate initializer merging"
     category = Category.SIMPLIFY
-    order = 155
+    # After the fusions, not with the other simplifications: merged weights are shared weights,
+    # and folding passes (BatchNorm into Conv) must not fold into a shared weight. Running last
+    # also merges the weights the fusions create.
+    order = 390
     explain = """\
 **What:** initializers with the same dtype, shape and bytes are merged into one; every node
 that used a copy now uses the kept one (reported as *changed* on those nodes). Graph inputs

@@ -483,7 +483,8 @@ def test_pass_that_does_not_apply_changes_nothing(run, pass_cls):
 @pytest.mark.parametrize("pass_cls", PASSES, ids=[p.name for p in PASSES])
 def test_pass_contract_fields(pass_cls):
     assert pass_cls.name and pass_cls.title and pass_cls.explain.startswith("**What:**")
-    assert 100 <= pass_cls.order < 200
+    # simplifications run first; dedup_initializers runs after the fusions (see registry)
+    assert 100 <= pass_cls.order < 200 or (pass_cls.name == "dedup_initializers" and pass_cls.order < 400)
 
 
 # ------------------------------------------------------------------ helpers
