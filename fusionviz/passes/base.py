@@ -82,6 +82,9 @@ class Pass:
     category: ClassVar[Category] = Category.SIMPLIFY
     explain: ClassVar[str] = ""
     needs_shapes: ClassVar[bool] = False
+    #: True when the pass can make shape inference learn more about values it did not create
+    #: (the pipeline then re-infers shapes before the next pass that needs them).
+    refines_shapes: ClassVar[bool] = False
     #: True when outputs must stay equal (fp32 tolerance); False for precision passes.
     exact: ClassVar[bool] = True
 

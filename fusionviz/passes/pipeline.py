@@ -144,10 +144,11 @@ def _shapes_still_fresh(p, model: ir.Model, inferred: dict[int, ir.Value]) -> bo
 
     True when every node output either existed at the last inference (its shape is what
     inference said; passes keep a value's meaning) or is new and was given a type and shape by
-    the pass (fusions copy them from the value they replace). Constant folding can make
-    shapes more precise downstream (a folded Reshape target), so it always counts as stale.
+    the pass (fusions copy them from the value they replace). A pass that can make existing
+    values' shapes more precise (``refines_shapes``: constant folding turns a computed Reshape
+    target into a constant) always leaves them stale.
     """
-    if p.name == "constant_folding":
+    if p.refines_shapes:
         return False
     for n in all_nodes(model):
         for v in n.outputs:

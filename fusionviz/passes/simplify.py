@@ -724,6 +724,7 @@ class ConstantFolding(Pass):
     category = Category.SIMPLIFY
     order = 110
     needs_shapes = True
+    refines_shapes = True
     explain = f"""\
 **What:** computes every node whose inputs are all known before run time and stores the result
 as an initializer (a weight): `Shape` of a statically shaped tensor, the `Gather`/`Concat`/`Cast`
