@@ -215,7 +215,7 @@ class _PrecisionPass(Pass):
 class Fp16(_PrecisionPass):
     name = "fp16"
     title = "FP16 (inputs/outputs kept fp32)"
-    order = 510
+    order = 400
     explain = """\
 **What:** converts weights and computation to 16-bit floats, keeping the model's inputs and
 outputs fp32 (Casts at the borders) and leaving numerically sensitive ops in fp32 (exponentials,
@@ -238,7 +238,7 @@ cosine, top-1 agreement for class scores) instead of failing verification.
 class Int8Dynamic(_PrecisionPass):
     name = "int8_dynamic"
     title = "INT8 dynamic quantization"
-    order = 520
+    order = 402
     explain = """\
 **What:** onnxruntime's dynamic quantization: MatMul/Gemm/Conv/Attention weights are stored as
 int8 with a per-tensor scale; activations are quantized on the fly each run
@@ -259,7 +259,7 @@ The error vs fp32 is reported, not verified.
 class Int8Static(_PrecisionPass):
     name = "int8_static"
     title = "INT8 static quantization (QDQ, calibrated)"
-    order = 530
+    order = 404
     explain = f"""\
 **What:** onnxruntime's static quantization in QDQ format: activation ranges are *calibrated* in
 advance (min/max over {CALIBRATION_SAMPLES} deterministic random inputs here, or your own inputs

@@ -1,9 +1,12 @@
 """Every pass, in canonical order; lookup by name.
 
 Pass modules list their passes in ``PASSES``; each pass has an ``order`` number that fixes
-where it runs: simplify 100-199, fuse 200-399, layout/memory 400-499, precision 500-599.
+where it runs: simplify 100-199, fuse 200-389, precision 400-409, layout/memory 410-499.
 One simplification runs late on purpose: ``dedup_initializers`` (390), after the fusions,
 because merging equal weights makes them shared, and a shared weight blocks BatchNorm folding.
+Precision passes run on the fused graph but before the layout pass: int8 quantization cannot
+read onnxruntime's NCHWc kernels (it would quantize nothing) and fp16 would wrap each of them
+in Casts, while the layout capture handles a quantized or fp16 graph as it is.
 Running any subset keeps that order, so toggling one pass never reorders the others.
 """
 

@@ -86,3 +86,25 @@ def test_precision_pass_that_cannot_convert_reports_no_change():
     for name in ("int8_dynamic", "int8_static"):
         result = run_pipeline(onnx.parser.parse_model(text), [name])
         assert result.reports[0].error is None
+
+
+@pytest.mark.parametrize(("name", "quantized_op"), [("int8_dynamic", "ConvInteger"), ("int8_static", "QuantizeLinear")])
+def test_precision_with_every_exact_pass_quantizes_before_the_layout_pass(name, quantized_op):
+    """With the NCHWc layout pass on, int8 used to run after it and found no float Conv to
+    quantize (onnxruntime's nchwc kernels); precision now runs before the layout capture."""
+    from fusionviz import samples
+
+    if "resnet_ts" not in samples.sample_names():
+        pytest.skip("sample_models/resnet_ts.onnx has not been generated")
+    model = samples.load_sample("resnet_ts").proto
+    result = run_pipeline(model, [*registry.default_passes(), name], keep_snapshots=False)
+    rep = next(r for r in result.reports if r.name == name)
+    assert rep.error is None and rep.changes
+    order = [r.name for r in result.reports]
+    assert order.index(name) < order.index("nchwc_layout")
+    # the quantized graph went through the layout capture too: it loads and runs with ORT off
+    captured_ops = {n.op_type for n in result.final.graph.node}
+    assert captured_ops & {quantized_op, "QLinearConv", "ConvInteger", "DynamicQuantizeLinear"}
+    from fusionviz.inputs import make_inputs
+
+    run_model(make_session(result.final), make_inputs(model))
