@@ -117,7 +117,7 @@ class Pass:
         nodes = all_nodes(model)
         ensure_unique_names(model, nodes)
         before = _snapshot_nodes(model, nodes)
-        inits_before = _initializer_bytes(model)
+        inits_before = dict(model.graph.initializers)  # name -> Value; sizes only for the gone ones
         inputs_before = {v.name for v in model.graph.inputs}
         result = self.transform(model)
         new_model = result if result is not None else model
@@ -215,13 +215,22 @@ class _NodeRec:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     attrs: tuple  # (name, Attr) pairs; Attr objects are compared by identity (see _same_attrs)
-    sources: tuple[str, ...]
-    passes: tuple[str, ...]
-    consumers: tuple[str, ...]
+    raw_sources: str | None  # metadata_props values as they were (split only when needed)
+    raw_passes: str | None
 
     @property
     def key(self) -> tuple:
         return (self.name, self.op, self.inputs, self.outputs)
+
+    @property
+    def sources(self) -> list[str]:
+        if self.raw_sources:
+            return [s for s in self.raw_sources.split(SEP) if s]
+        return [self.name]
+
+    @property
+    def passes(self) -> list[str]:
+        return [s for s in self.raw_passes.split(SEP) if s] if self.raw_passes else []
 
 
 def _same_attrs(a: tuple, b: tuple) -> bool:
@@ -238,13 +247,7 @@ def _same_attrs(a: tuple, b: tuple) -> bool:
 
 
 def _rec(node: ir.Node) -> _NodeRec:
-    consumers: list[str] = []
-    for v in node.outputs:
-        # (consumer, input slot): a removed and a new node are linked only when they fed the
-        # *same slot* of a surviving consumer, so two branches into one Add stay separate.
-        # Detached nodes (no graph) can linger as users of a value after a rewrite; skip them.
-        consumers.extend(f"{u.node.name}#{u.idx}" for u in v.uses()
-                         if u.node.graph is not None and u.node.name)
+    meta = node.metadata_props
     return _NodeRec(
         node=node,
         name=node.name or "",
@@ -252,9 +255,8 @@ def _rec(node: ir.Node) -> _NodeRec:
         inputs=tuple(v.name if v is not None and v.name else "" for v in node.inputs),
         outputs=tuple(v.name or "" for v in node.outputs),
         attrs=tuple(node.attributes.data.items()),
-        sources=tuple(node_sources(node)),
-        passes=tuple(node_passes(node)),
-        consumers=tuple(consumers),
+        raw_sources=meta.get(SOURCES_KEY),
+        raw_passes=meta.get(PASSES_KEY),
     )
 
 
@@ -279,9 +281,9 @@ class _UF:
             self.parent[ra] = rb
 
 
-def _value_names(model: ir.Model) -> set[str]:
+def _value_names(model: ir.Model, nodes: Sequence[ir.Node]) -> set[str]:
     names: set[str] = set()
-    for node in all_nodes(model):
+    for node in nodes:
         names.update(v.name for v in node.outputs if v.name)
     names.update(model.graph.initializers.keys())
     names.update(v.name for v in model.graph.inputs if v.name)
@@ -291,22 +293,22 @@ def _value_names(model: ir.Model) -> set[str]:
 def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str,
                  hint=None) -> list[Change]:
     """Compute Changes between a pre-pass node snapshot and the model after (rules 1-3)."""
-    after = _snapshot_nodes(model)
-    after_ids = {id(r.node): r for r in after}
-    matched_after: set[int] = set()
+    before_by_id = {id(r.node): r for r in before}
+    after_nodes = all_nodes(model)
     changed: list[tuple[_NodeRec, _NodeRec]] = []
-    removed: list[_NodeRec] = []
-    # Rule 1: identity first.
-    for r in before:
-        a = after_ids.get(id(r.node))
-        if a is not None:
-            matched_after.add(id(a.node))
-            # Rewired inputs alone are a consequence of another change, not a change.
-            if a.op != r.op or not _same_attrs(a.attrs, r.attrs):
-                changed.append((r, a))
-        else:
-            removed.append(r)
-    unmatched_after = [a for a in after if id(a.node) not in matched_after]
+    unmatched_after: list[_NodeRec] = []
+    alive: set[int] = set()
+    # Rule 1: identity first; a surviving node gets a record only when its op or attributes
+    # changed (rewired inputs alone are a consequence of another change, not a change).
+    for n in after_nodes:
+        r = before_by_id.get(id(n))
+        if r is None:
+            unmatched_after.append(_rec(n))
+            continue
+        alive.add(id(n))
+        if n.op_type != r.op or not _same_attrs(tuple(n.attributes.data.items()), r.attrs):
+            changed.append((r, _rec(n)))
+    removed = [r for r in before if id(r.node) not in alive]
     # Then signature (for passes that rebuilt the model).
     if removed and unmatched_after:
         by_key: dict[tuple, list[_NodeRec]] = {}
@@ -327,7 +329,7 @@ def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str,
 
     changes: list[Change] = []
     for r, a in changed:
-        _stamp(a.node, list(r.sources), list(r.passes), pass_name)
+        _stamp(a.node, r.sources, r.passes, pass_name)
         detail = ""
         if not _same_attrs(r.attrs, a.attrs):
             detail = "attributes changed"
@@ -340,7 +342,7 @@ def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str,
     if hint is not None:
         return changes + _hinted_changes(removed, new, hint, pass_name)
 
-    after_values = _value_names(model)
+    after_values = _value_names(model, after_nodes)
     before_values: set[str] = set()
     for r in before:
         before_values.update(r.outputs)
@@ -367,11 +369,9 @@ def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str,
             p = new_by_out.get(i)
             if p is not None and i not in before_values:
                 uf.union(("n", id(p.node)), ("n", id(a.node)))
-    # removed-new: same produced name, or same surviving consumer.
-    rem_by_consumer: dict[str, list[_NodeRec]] = {}
-    for r in removed:
-        for c in r.consumers:
-            rem_by_consumer.setdefault(c, []).append(r)
+    # removed-new: same produced name, or they fed the same slot of a surviving consumer
+    # (the consumer's input at that slot, before the pass, was the removed node's output).
+    # Slots, not just consumers: two branches into one Add stay separate.
     linked_new: set[int] = set()
     for a in new:
         for o in a.outputs:
@@ -379,11 +379,15 @@ def diff_changes(before: list[_NodeRec], model: ir.Model, pass_name: str,
             if r is not None:
                 uf.union(("r", id(r.node)), ("n", id(a.node)))
                 linked_new.add(id(a.node))
-        for c in a.consumers:
-            for r in rem_by_consumer.get(c, ()):
-                # only link to the removed node that fed the consumer the same slot's value
-                uf.union(("r", id(r.node)), ("n", id(a.node)))
-                linked_new.add(id(a.node))
+        for v in a.node.outputs:
+            for u in v.uses():
+                c = before_by_id.get(id(u.node)) if id(u.node) in alive else None
+                if c is None or u.idx >= len(c.inputs):
+                    continue
+                r = rem_by_out.get(c.inputs[u.idx])
+                if r is not None:
+                    uf.union(("r", id(r.node)), ("n", id(a.node)))
+                    linked_new.add(id(a.node))
     # Unlinked new nodes: link to removed nodes they share an input with.
     rem_by_in: dict[str, list[_NodeRec]] = {}
     for r in removed:
@@ -498,18 +502,15 @@ def _hinted_changes(removed: list[_NodeRec], new: list[_NodeRec], hint, pass_nam
     return changes
 
 
-def _initializer_bytes(model: ir.Model) -> dict[str, int]:
-    out = {}
-    for name, v in model.graph.initializers.items():
-        cv = v.const_value
-        try:
-            out[name] = int(cv.nbytes) if cv is not None else 0
-        except Exception:  # noqa: BLE001 - size is informative only
-            out[name] = 0
-    return out
+def _nbytes(v: ir.Value) -> int:
+    cv = v.const_value
+    try:
+        return int(cv.nbytes) if cv is not None else 0
+    except Exception:  # noqa: BLE001 - size is informative only
+        return 0
 
 
-def _initializer_changes(inits_before: dict[str, int], inputs_before: set[str], model: ir.Model,
+def _initializer_changes(inits_before: dict[str, ir.Value], inputs_before: set[str], model: ir.Model,
                          pass_name: str, fed_removed: set[str]) -> list[Change]:
     """Changes that touch only initializers or graph inputs (no node): one summary Change each.
 
@@ -519,7 +520,7 @@ def _initializer_changes(inits_before: dict[str, int], inputs_before: set[str], 
     after = set(model.graph.initializers.keys())
     gone = [n for n in inits_before if n not in after and n not in fed_removed]
     if gone:
-        nbytes = sum(inits_before[n] for n in gone)
+        nbytes = sum(_nbytes(inits_before[n]) for n in gone)
         names = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
         changes.append(Change(ChangeKind.REMOVED, pass_name, (), (), (), (),
                               f"{len(gone)} initializer(s) removed ({nbytes / 1e6:.2f} MB): {names}"))
