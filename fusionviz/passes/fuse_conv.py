@@ -34,7 +34,7 @@ from onnxscript.rewriter import pattern as orp
 from onnxscript.rewriter.rules.common import _fuse_batchnorm, _fuse_conv_affine, _fuse_pad_into_conv
 
 from fusionviz.passes.base import Category, Pass
-from fusionviz.passes.rulefilter import applicable_rules, model_ops
+from fusionviz.passes.rulefilter import applicable_rules, apply_rule_set, model_ops
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def apply_rules(model: ir.Model, rules: Sequence[orp.RewriteRule], *, commute: b
         return 0
     for r in rule_list:  # keep the rewrite scoped: never a global dead-code sweep
         r.remove_nodes = True
-    count = orp.RewriteRuleSet(rule_list).apply_to_model(model)
+    count = apply_rule_set(model, rule_list)
     if count:
         for node in reversed(list(graph)):
             if id(node) in had_uses and not any(_used(v) for v in node.outputs):

@@ -11,14 +11,22 @@ The rules that stay get a fast root check: the rewriter matches a node against t
 first output node, so a node of another op type can never match; checking ``node.op_type``
 before entering the generic matcher makes a failed try ~20x cheaper. Commuted variants are
 expanded here (before the check is installed), not by ``RewriteRuleSet(commute=True)``.
+
+Rule objects are not thread-safe: onnxscript's matcher keeps the match in progress on the rule
+(``self._match``), and rule objects are shared (onnxscript's module-level rules, our cached
+lists). The app runs pipelines in two threads (the page and the one-toggle-away prefetch) and
+for two sessions at once, so every rewrite goes through :func:`apply_rule_set`, which holds one
+process-wide lock while the rule set walks the graph.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 
 import onnx_ir as ir
 from onnxscript.rewriter import _pattern_ir
+from onnxscript.rewriter import pattern as orp
 
 from fusionviz.passes.base import all_nodes
 
@@ -89,3 +97,16 @@ def applicable_rules(rules: Iterable[object], ops: set[str], *, commute: bool = 
 
 def any_applicable(rules: Sequence[object], ops: set[str]) -> bool:
     return any(required_ops(r) <= ops for r in rules)
+
+
+#: Serializes rule matching (see the module docstring); re-entrant for nested rule sets.
+REWRITE_LOCK = threading.RLock()
+
+
+def apply_rule_set(model: ir.Model, rules: Sequence[object], *, remove_unused_nodes: bool | None = None) -> int:
+    """``RewriteRuleSet(rules).apply_to_model(model)`` under :data:`REWRITE_LOCK`."""
+    rule_set = orp.RewriteRuleSet(list(rules))
+    if remove_unused_nodes is not None:
+        rule_set.remove_unused_nodes = remove_unused_nodes
+    with REWRITE_LOCK:
+        return rule_set.apply_to_model(model)

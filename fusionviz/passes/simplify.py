@@ -16,6 +16,7 @@ their own, in onnxscript's pattern language, where no library has them. Shared c
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Sequence
@@ -37,7 +38,7 @@ from onnxscript.rewriter._rewrite_rule import RewriteRuleClassBase
 from onnxscript.rewriter.rules import common as lib_rules
 
 from fusionviz.passes.base import Category, Change, ChangeKind, Pass, all_nodes
-from fusionviz.passes.rulefilter import applicable_rules, model_ops
+from fusionviz.passes.rulefilter import applicable_rules, apply_rule_set, model_ops
 
 logger = logging.getLogger(__name__)
 
@@ -182,9 +183,8 @@ def _apply_rules(model: ir.Model, rules: Sequence[orp.RewriteRule]) -> int:
         live = applicable_rules(rules, model_ops(model))  # re-checked each round: rules make ops
         if not live:
             break
-        rule_set = orp.RewriteRuleSet(live)
-        rule_set.remove_unused_nodes = False  # we prune only what the rules made dead
-        count = rule_set.apply_to_model(model)
+        # remove_unused_nodes=False: we prune only what the rules made dead
+        count = apply_rule_set(model, live, remove_unused_nodes=False)
         total += count
         cleanup.bypass_new_identities(model)
         cleanup.prune(model)
@@ -602,6 +602,57 @@ def _neutral_rules() -> list[orp.RewriteRule]:
     ]
 
 
+# Rule lists are built once per process: building a rule traces its pattern (~0.1 ms each),
+# and they hold no per-model state (matching is serialized by rulefilter.REWRITE_LOCK).
+
+
+@functools.cache
+def _cast_expand_rules() -> tuple[orp.RewriteRule, ...]:
+    return tuple(_rules(
+        CastLikeToCast.rule(),
+        lib_rules.no_op_cast_rule,
+        LosslessCastCast.rule(),
+        lib_rules.cast_constant_of_shape_rule,
+        lib_rules.cast_constant_of_shape_without_value_rule,
+        lib_rules.no_op_expand_rule,
+        ExpandNoOp.rule(),
+        lib_rules.expand_before_binary_op_rules,
+    ))
+
+
+@functools.cache
+def _noop_rules() -> tuple[orp.RewriteRule, ...]:
+    return tuple(_rules(
+        lib_rules.mul_by_1_rule.commute(),
+        lib_rules.add_0_rule.commute(),
+        lib_rules.sub_0_rule,
+        lib_rules.div_by_1_rule,
+        _neutral_rules(),
+        lib_rules.no_op_transpose_rule,
+        lib_rules.no_op_cast_rule,
+        lib_rules.no_op_expand_rule,
+        ExpandNoOp.rule(),
+        ReshapeNoOp.rule(),
+        PadNoOp.rule(),
+        ConcatSingle.rule(),
+        lib_rules.collapse_slice_rule,
+        lib_rules.collapse_slice2_rule,
+        SliceNoOp.rule(),
+    ))
+
+
+@functools.cache
+def _chain_rules() -> tuple[orp.RewriteRule, ...]:
+    return tuple(_rules(
+        lib_rules.transpose_transpose_rule,
+        lib_rules.reshape_reshape_rule,
+        lib_rules.unsqueeze_unsqueeze_rule,
+        lib_rules.squeeze_reshape_1d_rule,
+        LosslessCastCast.rule(),
+        SliceSlice.rule(),
+    ))
+
+
 # ============================================================================== passes
 
 
@@ -798,16 +849,7 @@ Wraps onnxscript rules `no_op_cast_rule`, `cast_constant_of_shape_rule(s)`, `no_
 """
 
     def transform(self, model: ir.Model) -> None:
-        _apply_rules(model, _rules(
-            CastLikeToCast.rule(),
-            lib_rules.no_op_cast_rule,
-            LosslessCastCast.rule(),
-            lib_rules.cast_constant_of_shape_rule,
-            lib_rules.cast_constant_of_shape_without_value_rule,
-            lib_rules.no_op_expand_rule,
-            ExpandNoOp.rule(),
-            lib_rules.expand_before_binary_op_rules,
-        ))
+        _apply_rules(model, _cast_expand_rules())
 
 
 class IdentityElimination(Pass):
@@ -942,23 +984,7 @@ fusionviz's `NeutralElement` (tensor constants, broadcast check), `ReshapeNoOp`,
 """
 
     def transform(self, model: ir.Model) -> None:
-        _apply_rules(model, _rules(
-            lib_rules.mul_by_1_rule.commute(),
-            lib_rules.add_0_rule.commute(),
-            lib_rules.sub_0_rule,
-            lib_rules.div_by_1_rule,
-            _neutral_rules(),
-            lib_rules.no_op_transpose_rule,
-            lib_rules.no_op_cast_rule,
-            lib_rules.no_op_expand_rule,
-            ExpandNoOp.rule(),
-            ReshapeNoOp.rule(),
-            PadNoOp.rule(),
-            ConcatSingle.rule(),
-            lib_rules.collapse_slice_rule,
-            lib_rules.collapse_slice2_rule,
-            SliceNoOp.rule(),
-        ))
+        _apply_rules(model, _noop_rules())
 
 
 class ChainMerging(Pass):
@@ -988,14 +1014,7 @@ Wraps onnxscript rules `transpose_transpose_rule`, `reshape_reshape_rule`,
 """
 
     def transform(self, model: ir.Model) -> None:
-        _apply_rules(model, _rules(
-            lib_rules.transpose_transpose_rule,
-            lib_rules.reshape_reshape_rule,
-            lib_rules.unsqueeze_unsqueeze_rule,
-            lib_rules.squeeze_reshape_1d_rule,
-            LosslessCastCast.rule(),
-            SliceSlice.rule(),
-        ))
+        _apply_rules(model, _chain_rules())
 
 
 class CommonSubexpressionElimination(Pass):

@@ -225,3 +225,37 @@ def test_spec_breaking_attributes_are_refused_with_the_node_named(build, needle)
     assert needle in str(info.value) and "\n" not in str(info.value)
     # Viewing the model (no passes) still works.
     assert run_pipeline(model, []).nodes_before >= 1
+
+
+def test_pipelines_in_threads_give_the_sequential_results():
+    """The app runs pipelines in two threads (page + prefetch) and for two sessions; rule
+    objects are shared and onnxscript's matcher keeps its state on them, so rewriting is
+    serialized (rulefilter.REWRITE_LOCK). Results must not depend on the interleaving."""
+    import threading
+
+    from fusionviz import samples
+
+    names = [n for n in ("textbook", "bert_dynamo") if n in samples.sample_names()]
+    if len(names) < 2:
+        pytest.skip("samples not generated")
+    models = {n: samples.load_sample(n).proto for n in names}
+    passes = [p for p in registry.default_passes() if p != "nchwc_layout"]
+    expected = {n: run_pipeline(m, passes, keep_snapshots=False).final.SerializeToString() for n, m in models.items()}
+    got: dict[str, list[bytes]] = {n: [] for n in names}
+    errors_seen: list[BaseException] = []
+
+    def work(name: str) -> None:
+        try:
+            for _ in range(3):
+                got[name].append(run_pipeline(models[name], passes, keep_snapshots=False).final.SerializeToString())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors_seen.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors_seen
+    for n in names:
+        assert got[n] and all(b == expected[n] for b in got[n]), n
