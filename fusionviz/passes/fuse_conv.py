@@ -217,6 +217,10 @@ class _BatchNormGuards:
             arr = const_array(p)
             if arr is None or arr.ndim != 1 or arr.shape[0] != channels:
                 return result.fail(f"BatchNormalization parameter '{p.name}' is not a ({channels},) constant.")
+        var = const_array(bn.inputs[4])
+        if not np.all(np.isfinite(var)) or np.any(var + bn.attributes.get_float("epsilon", 1e-5) <= 0):
+            return result.fail("BatchNormalization variance + epsilon is not a positive number everywhere: "
+                               "folding would write NaN/inf into the weights.")
         return result
 
     def rewrite(self, op, x, inbound_out, batchnorm_out):

@@ -151,6 +151,12 @@ g (float[1,3,8,8] x) => (float[1,4,6,6] y, float[1,4,6,6] c) {
   c = Conv (x, W)
   y = BatchNormalization (c, gamma, beta, mean, var)
 }""",
+    "negative_variance": """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,3,8,8] x) => (float[1,4,6,6] y) {
+  c = Conv (x, W)
+  y = BatchNormalization (c, gamma, beta, mean, negvar)
+}""",
     "non_constant_scale": """
 <ir_version: 8, opset_import: ["" : 17]>
 g (float[1,3,8,8] x, float[4] gamma) => (float[1,4,6,6] y) {
@@ -165,6 +171,8 @@ def test_fold_batchnorm_must_not_fold(case):
     params = bn_params(4)
     if "float[4] gamma" in NO_FOLD_CASES[case]:
         params.pop("gamma")
+    if "negvar" in NO_FOLD_CASES[case]:  # found by the fuzzer: folding baked NaN into the weights
+        params["negvar"] = -np.ones(4, np.float32)
     model = build(NO_FOLD_CASES[case], W=rand(4, 3, 3, 3), **params)
     result = run_pipeline(model, ["fold_batchnorm"])
     assert result.reports[0].error is None
