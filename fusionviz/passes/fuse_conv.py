@@ -105,12 +105,9 @@ def infer_shapes_if_needed(model: ir.Model, values: Sequence[ir.Value | None] = 
     """
     if values and all(v is None or (v.shape is not None and v.dtype is not None) for v in values):
         return
-    try:
-        from onnx_ir.passes.common import ShapeInferencePass
+    from fusionviz.passes.shapes import infer_shapes
 
-        ShapeInferencePass()(model)
-    except Exception as exc:  # noqa: BLE001 - best effort, like the pipeline's
-        logger.info("shape inference failed: %s", exc)
+    infer_shapes(model)  # best effort, like the pipeline's: failures are logged
 
 
 def const_array(value: ir.Value | None) -> np.ndarray | None:

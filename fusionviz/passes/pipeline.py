@@ -112,14 +112,11 @@ def fix_input_shapes(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> No
 
 
 def infer_shapes(model: ir.Model) -> ir.Model:
-    """onnx shape inference on the IR model; failures leave the model as it was."""
-    try:
-        from onnx_ir.passes.common import ShapeInferencePass
+    """onnx shape inference on the IR model, in place; failures leave the model as it was."""
+    from fusionviz.passes.shapes import infer_shapes as infer
 
-        return ShapeInferencePass()(model).model
-    except Exception as exc:  # shape inference is best effort; passes must cope without it
-        logger.info("shape inference failed: %s", exc)
-        return model
+    infer(model)
+    return model
 
 
 def to_ir(model: onnx.ModelProto) -> ir.Model:
