@@ -32,15 +32,16 @@ def _type_name(vi: onnx.ValueInfoProto) -> str:
     return vi.type.WhichOneof("value") or "unknown"
 
 
-def _iter_graphs(g: onnx.GraphProto):
+def iter_graphs(g: onnx.GraphProto):
+    """``g`` and every subgraph in it (If/Loop/Scan bodies), depth first."""
     yield g
     for n in g.node:
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                yield from _iter_graphs(a.g)
+                yield from iter_graphs(a.g)
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for sg in a.graphs:
-                    yield from _iter_graphs(sg)
+                    yield from iter_graphs(sg)
 
 
 def _tensor_numel(t: onnx.TensorProto) -> int:
@@ -76,7 +77,7 @@ def summarize(model: onnx.ModelProto) -> ModelSummary:
     hist: collections.Counter[str] = collections.Counter()
     params = 0
     pbytes = 0
-    graphs = list(_iter_graphs(model.graph))
+    graphs = list(iter_graphs(model.graph))
     for g in graphs:
         for n in g.node:
             op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"

@@ -17,6 +17,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import _c_api_utils
 
 from fusionviz.passes.base import all_nodes
+from fusionviz.summary import iter_graphs
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +42,9 @@ def _values_by_name(model: ir.Model) -> dict[str, ir.Value]:
 
 
 def _value_infos(graph: onnx.GraphProto):
-    yield from graph.value_info
-    yield from graph.output
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _value_infos(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _value_infos(g)
+    for g in iter_graphs(graph):
+        yield from g.value_info
+        yield from g.output
 
 
 def infer_shapes(model: ir.Model) -> bool:
