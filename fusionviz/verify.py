@@ -1,11 +1,29 @@
-"""Numerical equivalence of two models in onnxruntime.
+"""Numerical equivalence of two models in onnxruntime, judged so that a user can believe it.
 
 Both models run with graph optimizations disabled (so onnxruntime cannot hide or cause a
-difference) on the same deterministic inputs (:mod:`fusionviz.inputs`). Per output we report max
-absolute error, max relative error and cosine similarity.
+difference) on the same input sets from :mod:`fusionviz.inputs`: ``normal`` (seeded standard
+normal), ``zeros`` (silence), ``edge`` (large magnitudes) and the user's data when given.
 
-Tolerance: ``max_rel = max|a-b| / max(max|a|, 1e-6)`` must be <= ``rtol`` (default 1e-4;
-use 1e-3 for models with long reductions). Precision passes (fp16, int8) report only.
+Per output and input set (:func:`compare`):
+
+1. ``max_abs_diff`` and ``max_rel_diff`` (the largest absolute difference divided by the
+   output's largest magnitude) and the cosine similarity, for reading.
+2. The verdict, element by element: ``|a - b| <= atol + rtol * |b| + floor``, where ``b`` is
+   the original's value, ``rtol`` defaults to 1e-4 and ``atol`` to 1e-5 (``--rtol``/``--atol``),
+   and ``floor`` is the rounding noise of the output: the larger of ``NOISE_FLOOR * max|b|``
+   (1e-5 of its largest magnitude: a near-zero element of a large output carries the absolute
+   rounding error of the large ones, so relative error alone would fail correct results) and
+   ``NOISE_MULT`` (4) times the largest difference onnxruntime's *own* optimizer (level all)
+   makes to the original on the same inputs, capped at 1% of the scale. A rewrite that
+   reorders float arithmetic is held to the noise of onnxruntime's own rewrites: on an OCR
+   detector fed pixel-range inputs, onnxruntime's level all alone moves a sigmoid output by
+   7e-5, beyond any fixed tolerance that still catches real bugs.
+3. NaN and Inf: a NaN or Inf the original does not produce at that element is a failure
+   (``new_nonfinite``); one both produce (same kind, same sign) is equal.
+4. Integer and boolean outputs must be equal.
+
+The verdict names the first input set and output that failed. Precision passes (fp16, int8)
+report only.
 """
 
 from __future__ import annotations
@@ -21,9 +39,13 @@ import numpy as np
 import onnx
 
 from fusionviz import errors
-from fusionviz.inputs import make_inputs
+from fusionviz.inputs import InputPlan, InputSpec, plan_inputs
 
 DEFAULT_RTOL = 1e-4
+DEFAULT_ATOL = 1e-5
+NOISE_FLOOR = 1e-5
+NOISE_MULT = 4.0
+NOISE_CAP = 1e-2
 #: Memory cap (MB) and time limit (s) of an isolated verification child process.
 VERIFY_MEM_MB = int(os.environ.get("FUSIONVIZ_VERIFY_MEM_MB", "4096") or 4096)
 VERIFY_TIMEOUT_S = float(os.environ.get("FUSIONVIZ_VERIFY_TIMEOUT_S", "300") or 300)
@@ -31,12 +53,29 @@ VERIFY_TIMEOUT_S = float(os.environ.get("FUSIONVIZ_VERIFY_TIMEOUT_S", "300") or 
 
 @dataclasses.dataclass(frozen=True)
 class OutputDiff:
+    """How one output of the optimized model compares with the original on one input set."""
+
     name: str
     shape: tuple[int, ...]
     max_abs_diff: float
     max_rel_diff: float
     cosine: float
     top1_agreement: float | None = None
+    input_set: str = "normal"
+    size: int = 0
+    mismatches: int = 0  # elements beyond the tolerance (rule 2), or unequal (rule 4)
+    new_nonfinite: int = 0  # NaN/Inf where the original is finite (rule 3)
+    floor: float = 0.0  # the noise floor used (rule 2)
+    ok: bool = True
+
+    def describe(self) -> str:
+        if self.new_nonfinite:
+            return (f"{self.new_nonfinite} new NaN/Inf in output '{self.name}' on input set '{self.input_set}' "
+                    "(the original gives finite values there)")
+        if not self.ok:
+            return (f"output '{self.name}' on input set '{self.input_set}': {self.mismatches} of {self.size} "
+                    f"elements beyond tolerance (max abs {self.max_abs_diff:.3g}, max rel {self.max_rel_diff:.3g})")
+        return f"output '{self.name}' on '{self.input_set}': equal"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +85,9 @@ class VerifyResult:
     rtol: float
     error: str | None = None
     report_only: bool = False
+    atol: float = DEFAULT_ATOL
+    input_sets: tuple[str, ...] = ()
+    skipped_sets: tuple[tuple[str, str], ...] = ()  # (set, why): the original itself fails on it
 
     @property
     def max_abs_diff(self) -> float:
@@ -59,19 +101,40 @@ class VerifyResult:
     def min_cosine(self) -> float:
         return min((o.cosine for o in self.outputs), default=1.0)
 
+    @property
+    def new_nonfinite(self) -> int:
+        return sum(o.new_nonfinite for o in self.outputs)
+
+    @property
+    def first_failure(self) -> OutputDiff | None:
+        return next((o for o in self.outputs if not o.ok), None)
+
     def summary(self) -> str:
         if self.error:
             return f"not verified: {self.error}"
-        word = "equal" if self.ok else ("differs (report only)" if self.report_only else "DIFFERENT")
-        return f"{word}: max abs {self.max_abs_diff:.2e}, max rel {self.max_rel_diff:.2e}, cosine {self.min_cosine:.6f}"
+        sets = "/".join(self.input_sets) or "given inputs"
+        figures = (f"max abs {self.max_abs_diff:.2e}, max rel {self.max_rel_diff:.2e}, "
+                   f"cosine {self.min_cosine:.6f} on {sets}")
+        if self.ok:
+            return f"equal: {figures}"
+        fail = self.first_failure
+        word = "differs (report only)" if self.report_only else "DIFFERENT"
+        return f"{word}: {fail.describe() if fail else figures}; {figures}"
 
     def as_dict(self) -> dict:
+        fail = self.first_failure
         return {
             "ok": self.ok,
             "max_abs_diff": self.max_abs_diff,
             "max_rel_diff": self.max_rel_diff,
             "min_cosine": self.min_cosine,
+            "new_nonfinite": self.new_nonfinite,
             "rtol": self.rtol,
+            "atol": self.atol,
+            "noise_floor": NOISE_FLOOR,
+            "input_sets": list(self.input_sets),
+            "skipped_sets": [list(s) for s in self.skipped_sets],
+            "failure": fail.describe() if fail else None,
             "error": self.error,
             "report_only": self.report_only,
             "outputs": [dataclasses.asdict(o) for o in self.outputs],
@@ -89,7 +152,7 @@ def make_session(model: onnx.ModelProto | bytes, *, level: str = "off", threads:
     so.graph_optimization_level = graph_optimization_level(level)
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # errors come back as exceptions; ORT's own log would repeat them
     data = model if isinstance(model, bytes) else model.SerializeToString()
     try:
         return ort.InferenceSession(data, so, providers=list(providers or ["CPUExecutionProvider"]))
@@ -112,32 +175,80 @@ def run_model(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]
     return dict(zip(names, outs, strict=True))
 
 
-def compare(ref: np.ndarray, got: np.ndarray, name: str) -> OutputDiff:
+def compare(ref: np.ndarray, got: np.ndarray, name: str, *, rtol: float = DEFAULT_RTOL,
+            atol: float = DEFAULT_ATOL, input_set: str = "normal", noise: float = 0.0) -> OutputDiff:
+    """Compare one output (``ref``: the original's) by the rules in the module docstring."""
     a = np.asarray(ref)
     b = np.asarray(got)
     if a.shape != b.shape:
-        return OutputDiff(name, tuple(a.shape), float("inf"), float("inf"), 0.0)
-    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.number):
-        eq = float(np.mean(a == b)) if a.size else 1.0
-        return OutputDiff(name, tuple(a.shape), 0.0 if eq == 1.0 else 1.0, 0.0 if eq == 1.0 else 1.0, eq)
+        return OutputDiff(name, tuple(a.shape), float("inf"), float("inf"), 0.0, input_set=input_set,
+                          size=int(a.size), mismatches=int(a.size), ok=False)
+    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.number) or not np.issubdtype(a.dtype, np.inexact):
+        if a.size == 0:
+            return OutputDiff(name, tuple(a.shape), 0.0, 0.0, 1.0, input_set=input_set)
+        neq = int(np.count_nonzero(a != b))
+        eq = 1.0 - neq / a.size
+        diff = 0.0
+        if neq and np.issubdtype(a.dtype, np.number) and a.dtype != np.bool_:
+            diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+        elif neq:
+            diff = 1.0
+        return OutputDiff(name, tuple(a.shape), diff, diff, eq, input_set=input_set, size=int(a.size),
+                          mismatches=neq, ok=neq == 0)
     a64 = a.astype(np.float64).ravel()
     b64 = b.astype(np.float64).ravel()
     if a64.size == 0:
-        return OutputDiff(name, tuple(a.shape), 0.0, 0.0, 1.0)
-    finite = np.isfinite(a64) & np.isfinite(b64)
-    same_nonfinite = np.all((~np.isfinite(a64)) == (~np.isfinite(b64)))
-    diff = np.abs(a64[finite] - b64[finite])
+        return OutputDiff(name, tuple(a.shape), 0.0, 0.0, 1.0, input_set=input_set)
+    fa, fb = np.isfinite(a64), np.isfinite(b64)
+    both = fa & fb
+    new_nonfinite = int(np.count_nonzero(fa & ~fb))
+    # Non-finite in the original: equal only if the optimized gives the same NaN/Inf there.
+    nf = ~fa
+    same_nf = np.isnan(a64[nf]) & np.isnan(b64[nf]) | (a64[nf] == b64[nf])
+    lost = int(np.count_nonzero(~same_nf))
+    diff = np.abs(a64[both] - b64[both])
     max_abs = float(diff.max()) if diff.size else 0.0
-    if not same_nonfinite:
+    if new_nonfinite or lost:
         max_abs = float("inf")
-    scale = float(np.abs(a64[finite]).max()) if finite.any() else 0.0
-    max_rel = max_abs / max(scale, 1e-6)
-    na, nb = np.linalg.norm(a64[finite]), np.linalg.norm(b64[finite])
-    cos = float(np.dot(a64[finite], b64[finite]) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    scale = float(np.abs(a64[both]).max()) if both.any() else 0.0
+    floor = max(NOISE_FLOOR * scale, min(NOISE_MULT * noise, NOISE_CAP * scale))
+    beyond = int(np.count_nonzero(diff > atol + rtol * np.abs(a64[both]) + floor)) if diff.size else 0
+    mismatches = beyond + new_nonfinite + lost
+    max_rel = max_abs / max(scale, 1e-30) if max_abs else 0.0
+    av, bv = a64[both], b64[both]
+    na, nb = np.linalg.norm(av), np.linalg.norm(bv)
+    cos = float(np.dot(av, bv) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
     top1 = None
-    if a.ndim == 2 and a.shape[-1] >= 2 and np.issubdtype(a.dtype, np.floating):
+    if a.ndim == 2 and a.shape[-1] >= 2:
         top1 = float(np.mean(np.argmax(a, -1) == np.argmax(b, -1)))
-    return OutputDiff(name, tuple(a.shape), max_abs, max_rel, cos, top1)
+    return OutputDiff(name, tuple(a.shape), max_abs, max_rel, cos, top1, input_set, int(a.size), mismatches,
+                      new_nonfinite, floor, mismatches == 0)
+
+
+def judge(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *, input_set: str = "normal",
+          rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+          noise: Mapping[str, float] | None = None) -> tuple[list[OutputDiff], str | None]:
+    """Compare every output of one input set; the error is a missing output."""
+    diffs = []
+    for name, a in ref.items():
+        if name not in got:
+            return diffs, f"output '{name}' is missing after optimization"
+        diffs.append(compare(a, got[name], name, rtol=rtol, atol=atol, input_set=input_set,
+                             noise=(noise or {}).get(name, 0.0)))
+    return diffs, None
+
+
+def reference_noise(ref: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Per output: the largest finite difference between two runs of the original."""
+    out = {}
+    for name, a in ref.items():
+        b = other.get(name)
+        if b is None or a.shape != b.shape or not np.issubdtype(a.dtype, np.inexact):
+            continue
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        both = np.isfinite(a64) & np.isfinite(b64)
+        out[name] = float(np.abs(a64[both] - b64[both]).max()) if both.any() else 0.0
+    return out
 
 
 def verify(
@@ -146,39 +257,144 @@ def verify(
     *,
     shapes: Mapping[str, Sequence[int]] | None = None,
     feeds: Mapping[str, np.ndarray] | None = None,
+    plan: InputPlan | None = None,
+    spec: InputSpec | None = None,
     rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
     report_only: bool = False,
     isolated: bool = False,
 ) -> VerifyResult:
-    """Run both models (ORT optimizations off) on the same inputs and compare every output.
+    """Run both models (ORT optimizations off) on the same input sets and judge every output.
 
-    ``isolated=True`` (the CLI and the app use it) runs onnxruntime in a child process with a
-    memory cap and time limit (``FUSIONVIZ_VERIFY_MEM_MB``, ``FUSIONVIZ_VERIFY_TIMEOUT_S``), so
-    a model that allocates gigabytes or never finishes costs an error line, not the process.
+    Inputs: ``feeds`` (one given set), else ``plan`` (see :func:`fusionviz.inputs.plan_inputs`),
+    else a plan made from ``spec`` or ``shapes``. ``isolated=True`` (the CLI and the app use it)
+    runs onnxruntime in a child process with a memory cap and time limit
+    (``FUSIONVIZ_VERIFY_MEM_MB``, ``FUSIONVIZ_VERIFY_TIMEOUT_S``), so a model that allocates
+    gigabytes or never finishes costs an error line, not the process.
     """
+    def fail(msg: str) -> VerifyResult:
+        return VerifyResult(False, (), rtol, error=msg, report_only=report_only, atol=atol)
+
     try:
-        feeds = dict(feeds) if feeds is not None else make_inputs(original, shapes)
-        if isolated:
-            ref, got = _run_isolated(original, optimized, feeds)
+        if feeds is not None:
+            sets = [("given", dict(feeds))]
         else:
-            ref = run_model(make_session(original), feeds)
-            got = run_model(make_session(optimized), feeds)
+            if plan is None:
+                spec = spec or InputSpec(shapes={k: tuple(v) for k, v in (shapes or {}).items()})
+                plan = plan_inputs(original, spec)
+            sets = plan.input_sets()
+        runs = _run_sets(original, optimized, sets, isolated=isolated)
     except errors.FusionvizError as exc:
-        return VerifyResult(False, (), rtol, error=str(exc), report_only=report_only)
-    diffs = []
-    for name, a in ref.items():
-        if name not in got:
-            return VerifyResult(False, tuple(diffs), rtol, error=f"output '{name}' is missing after optimization",
-                                report_only=report_only)
-        diffs.append(compare(a, got[name], name))
-    ok = all(d.max_rel_diff <= rtol for d in diffs)
-    return VerifyResult(ok, tuple(diffs), rtol, report_only=report_only)
+        return fail(str(exc))
+    diffs: list[OutputDiff] = []
+    done: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for (label, _), (status, x, y, noise) in zip(sets, runs, strict=True):
+        if status == "a":  # the original itself fails on this set
+            if label in ("normal", "given", "user"):
+                return fail(f"the original model does not run on input set '{label}': {x}")
+            skipped.append((label, x))
+            continue
+        if status == "b":
+            return VerifyResult(False, tuple(diffs), rtol, report_only=report_only, atol=atol,
+                                error=f"the optimized model fails on input set '{label}' where the original runs: {x}",
+                                input_sets=tuple(done), skipped_sets=tuple(skipped))
+        got, missing = judge(x, y, input_set=label, rtol=rtol, atol=atol, noise=noise)
+        diffs.extend(got)
+        if missing:
+            return VerifyResult(False, tuple(diffs), rtol, error=missing, report_only=report_only, atol=atol)
+        done.append(label)
+    ok = all(d.ok for d in diffs)
+    return VerifyResult(ok, tuple(diffs), rtol, report_only=report_only, atol=atol, input_sets=tuple(done),
+                        skipped_sets=tuple(skipped))
 
 
-def _run_isolated(a: onnx.ModelProto, b: onnx.ModelProto, feeds: Mapping[str, np.ndarray]):
-    payload = pickle.dumps((a.SerializeToString(), b.SerializeToString(), dict(feeds), VERIFY_MEM_MB))
+def _run_sets(a: onnx.ModelProto, b: onnx.ModelProto, sets, *, isolated: bool) -> list[tuple]:
+    """Per set: ("ok", outs_a, outs_b, noise), ("a", why, None, None) or ("b", why, None, None)."""
+    if isolated:
+        return _child(("verify", a.SerializeToString(), b.SerializeToString(), sets))
+    return run_sets_here(a.SerializeToString(), b.SerializeToString(), sets)
+
+
+def run_sets_here(a: bytes, b: bytes, sets) -> list[tuple]:
+    """:func:`_run_sets` in this process (the child calls it too)."""
+    sa = make_session(a)
+    sb = make_session(b)
+    try:  # the original under onnxruntime's own optimizer: the reference noise (rule 2)
+        sn = make_session(a, level="all")
+    except errors.FusionvizError:
+        sn = None
+    out = []
+    for _, feeds in sets:
+        try:
+            ra = run_model(sa, feeds)
+        except errors.FusionvizError as exc:
+            out.append(("a", _strip(str(exc)), None, None))
+            continue
+        try:
+            rb = run_model(sb, feeds)
+        except errors.FusionvizError as exc:
+            out.append(("b", _strip(str(exc)), None, None))
+            continue
+        noise = {}
+        if sn is not None:
+            try:
+                noise = reference_noise(ra, run_model(sn, feeds))
+            except errors.FusionvizError:
+                noise = {}
+        out.append(("ok", ra, rb, noise))
+    return out
+
+
+def _strip(text: str) -> str:
+    return text.replace("onnxruntime failed to run the model: ", "")
+
+
+def probe_here(model: bytes, candidates: Sequence[Mapping[str, np.ndarray]]) -> tuple[int, str]:
+    """(index of the first feeds the model runs on, or -1; the first error)."""
+    session = make_session(model)
+    first = ""
+    for i, feeds in enumerate(candidates):
+        try:
+            run_model(session, feeds)
+            return i, first
+        except errors.FusionvizError as exc:
+            first = first or _strip(str(exc))
+    return -1, first
+
+
+def probe(model: onnx.ModelProto, plan: InputPlan, *, isolated: bool = True) -> InputPlan:
+    """The plan with the chosen dims the original model runs on (see :mod:`fusionviz.inputs`).
+
+    A plan with nothing chosen is returned as it is (verification reports any failure).
+
+    Raises:
+        fusionviz.errors.InputSpecError: no candidate runs; the line names the chosen inputs
+            and the flags that set them.
+        fusionviz.errors.RuntimeLoadError: onnxruntime cannot load the model at all.
+    """
+    if not plan.has_choices:
+        return plan
+    plans = [plan.with_candidate(k) for k in range(plan.candidates())]
+    candidates = [p.feeds("normal") for p in plans]
+    data = model.SerializeToString()
+    index, err = _child(("probe", data, candidates)) if isolated else probe_here(data, candidates)
+    if index >= 0:
+        return dataclasses.replace(plans[index], probed=True)
+    chosen = "; ".join(c.describe() for c in plan.choices if c.chosen or c.value_note)
+    hint = "set them with --shape NAME=d1,d2,..."
+    scalars = [c.name for c in plan.choices if not c.dims and c.value is None]
+    if scalars:
+        hint += f" and give a value with --input {scalars[0]}=VALUE"
+    raise errors.InputSpecError(
+        f"The model does not run on the inputs fusionviz chose ({chosen}): {err[:200]}; {hint}.")
+
+
+def _child(payload: tuple):
+    """Run ``payload`` in ``python -m fusionviz.verify_worker`` under the memory and time caps."""
+    data = pickle.dumps((payload, VERIFY_MEM_MB))
     try:
-        proc = subprocess.run([sys.executable, "-m", "fusionviz.verify_worker"], input=payload,
+        proc = subprocess.run([sys.executable, "-m", "fusionviz.verify_worker"], input=data,
                               capture_output=True, timeout=VERIFY_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         raise errors.RuntimeLoadError(
@@ -193,4 +409,4 @@ def _run_isolated(a: onnx.ModelProto, b: onnx.ModelProto, feeds: Mapping[str, np
     result = pickle.loads(proc.stdout)  # our own child's output
     if result[0] == "error":
         raise errors.RuntimeLoadError(result[1])
-    return result[1], result[2]
+    return result[1]

@@ -1,9 +1,15 @@
 """Child process for isolated verification: ``python -m fusionviz.verify_worker``.
 
-Reads a pickled ``(model_a_bytes, model_b_bytes, feeds, mem_mb)`` from stdin (written by our
-own parent process, never by a user), caps its address space, runs both models with
-onnxruntime's optimizer off and writes a pickled ``("ok", outs_a, outs_b)`` or
-``("error", message)`` to stdout. A model that allocates gigabytes kills only this process.
+Reads a pickled ``(payload, mem_mb)`` from stdin (written by our own parent process, never by a
+user), caps its address space, and runs the payload with onnxruntime's optimizer off:
+
+- ``("verify", model_a, model_b, sets)``: both models on every input set
+  (:func:`fusionviz.verify.run_sets_here`);
+- ``("probe", model, candidates)``: the first candidate feeds the model runs on
+  (:func:`fusionviz.verify.probe_here`).
+
+Writes a pickled ``("ok", result)`` or ``("error", message)`` to stdout. A model that
+allocates gigabytes kills only this process.
 """
 
 from __future__ import annotations
@@ -14,22 +20,23 @@ import sys
 
 
 def main() -> int:
-    a, b, feeds, mem_mb = pickle.load(sys.stdin.buffer)
+    payload, mem_mb = pickle.load(sys.stdin.buffer)
     if mem_mb:
         limit = int(mem_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     from fusionviz import errors
-    from fusionviz.verify import make_session, run_model
+    from fusionviz.verify import probe_here, run_sets_here
 
     try:
-        outs_a = run_model(make_session(a), feeds)
-        outs_b = run_model(make_session(b), feeds)
-        payload = ("ok", outs_a, outs_b)
+        if payload[0] == "verify":
+            result = ("ok", run_sets_here(payload[1], payload[2], payload[3]))
+        else:
+            result = ("ok", probe_here(payload[1], payload[2]))
     except errors.FusionvizError as exc:
-        payload = ("error", str(exc))
+        result = ("error", str(exc))
     except MemoryError:
-        payload = ("error", f"verification ran out of memory (cap {mem_mb} MB)")
-    sys.stdout.buffer.write(pickle.dumps(payload))
+        result = ("error", f"verification ran out of memory (cap {mem_mb} MB)")
+    sys.stdout.buffer.write(pickle.dumps(result))
     sys.stdout.flush()
     return 0
 

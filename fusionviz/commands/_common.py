@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from fusionviz import errors, model_io, samples
-from fusionviz.inputs import parse_shapes
+from fusionviz.inputs import InputSpec, parse_shapes, parse_values
 
 
 def add_model_arg(p) -> None:
@@ -16,7 +16,53 @@ def add_model_arg(p) -> None:
 
 def add_shape_arg(p) -> None:
     p.add_argument("--shape", action="append", default=[], metavar="NAME=d1,d2,..",
-                   help="concrete shape for an input with symbolic dims (repeatable)")
+                   help="concrete shape for an input with symbolic dims (repeatable; NAME may hold ':' '/' spaces)")
+
+
+def add_input_args(p) -> None:
+    """--shape, --input NAME=VALUE and --inputs FILE: what the user says about the inputs."""
+    add_shape_arg(p)
+    p.add_argument("--input", action="append", default=[], metavar="NAME=VALUE", dest="input_values",
+                   help="one value for an input, e.g. a sample rate: --input sr=16000 (repeatable)")
+    p.add_argument("--inputs", metavar="FILE.npz|.npy", dest="inputs_file",
+                   help="your own input data: a .npz with one array per input name (or a .npy for a "
+                        "one-input model); verified as an extra input set and used by bench")
+
+
+def input_spec_of(args, model) -> InputSpec:
+    """The InputSpec from --shape / --input / --inputs (the file is checked against ``model``)."""
+    from fusionviz.inputs import load_data
+
+    data = None
+    path = getattr(args, "inputs_file", None)
+    if path:
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise errors.InputSpecError(f"Cannot read '{path}': {exc.strerror}.") from None
+        data = load_data(raw, path, model)
+    shapes = {k: tuple(v) for k, v in parse_shapes(getattr(args, "shape", None)).items()}
+    return InputSpec(shapes=shapes, values=parse_values(getattr(args, "input_values", None)),
+                     data=data, data_label=Path(path).name if path else "")
+
+
+def input_plan_of(args, model, *, run_check: bool = True):
+    """The inputs for ``model`` (sizes checked; with ``run_check``, probed on the original)."""
+    from fusionviz.inputs import plan_inputs
+
+    plan = plan_inputs(model, input_spec_of(args, model))
+    if run_check:
+        from fusionviz.verify import probe
+
+        plan = probe(model, plan)
+    return plan
+
+
+def say_inputs(plan) -> None:
+    """Tell the user the inputs used, when fusionviz chose any dim or value."""
+    if plan.has_choices:
+        for line in plan.describe_lines():
+            progress(f"input {line}")
 
 
 def load_model_arg(text: str) -> model_io.LoadedModel:

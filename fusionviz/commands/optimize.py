@@ -1,13 +1,16 @@
-"""`optimize MODEL -o OUT.onnx [--passes a,b | --all] [--shape ..] [--report R.json] [--no-verify]`."""
+"""`optimize MODEL -o OUT.onnx [--passes a,b | --all] [--shape ..] [--input ..] [--inputs F] [--report R.json]
+[--no-verify] [--rtol R] [--atol A]`."""
 
 from __future__ import annotations
 
 from fusionviz import errors, model_io
 from fusionviz.commands._common import (
+    add_input_args,
     add_model_arg,
-    add_shape_arg,
+    input_plan_of,
     load_model_arg,
     progress,
+    say_inputs,
     shapes_of,
     write_json,
 )
@@ -20,10 +23,12 @@ def register(sub) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--passes", default=None, help="comma-separated pass names (canonical order is used)")
     g.add_argument("--all", action="store_true", help="every pass that keeps outputs equal")
-    add_shape_arg(p)
+    add_input_args(p)
     p.add_argument("--report", metavar="REPORT.json", help="write a JSON report")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
-    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
+    p.add_argument("--rtol", type=float, default=1e-4,
+                   help="relative tolerance: |a-b| <= atol + rtol*|b| + noise floor (default 1e-4)")
+    p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     p.set_defaults(func=run)
 
 
@@ -40,21 +45,25 @@ def run(args) -> int:
     passes = registry.resolve(names)  # validates names before any work
     loaded = load_model_arg(args.model)
     shapes = shapes_of(args)
+    plan = input_plan_of(args, loaded.proto, run_check=not args.no_verify)  # before any pass runs
+    say_inputs(plan)
     result = run_pipeline(loaded.proto, [p.name for p in passes], keep_snapshots=False,
                           shapes=shapes, progress=lambda i, n, name: progress(f"[{i}/{n}] {name}") if i < n else None)
     for r in result.reports:
         line = f"{r.name:<28} {len(r.changes):>4} changes  nodes {r.nodes_before} -> {r.nodes_after}  {r.seconds * 1000:.0f} ms"
         if r.error:
             line += f"  (skipped: {r.error})"
+        elif r.declined:
+            line += f"  (declined: {r.declined})"
         elif r.note:
             line += f"  ({r.note})"
         progress(line)
-    report = {"model": loaded.name, **result.as_dict()}
+    report = {"model": loaded.name, "inputs": plan.describe_lines(), **result.as_dict()}
     code = 0
     if not args.no_verify:
         exact = all(p.exact for p in passes)
-        v = verify.verify(result.original, result.final, shapes=shapes, rtol=args.rtol, report_only=not exact,
-                          isolated=True)
+        v = verify.verify(result.original, result.final, plan=plan, rtol=args.rtol, atol=args.atol,
+                          report_only=not exact, isolated=True)
         report["verify"] = v.as_dict()
         progress(f"verify: {v.summary()}")
         if v.error:
@@ -67,6 +76,7 @@ def run(args) -> int:
         write_json(report, args.report)
     if code == 3:
         raise errors.VerificationError(
-            f"Outputs differ beyond rtol {args.rtol:g} (max rel {report['verify']['max_rel_diff']:.3g}); model saved for inspection."
+            f"Outputs differ: {report['verify']['failure']} (atol {args.atol:g}, rtol {args.rtol:g}); "
+            "model saved for inspection."
         )
     return 0

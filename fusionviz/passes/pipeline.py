@@ -4,6 +4,12 @@ Observation lives here, not in the passes (like TVM's pass instruments): each pa
 onnx-ir model; the pipeline records a ModelProto snapshot after it, its changes, node counts and
 wall time. A pass that raises is reported (``error``) and skipped: the model is restored to the
 snapshot before it, so one broken rule never loses the user's work.
+
+The validity rule (:mod:`fusionviz.passes.validity`) is every pass's postcondition: no invalid
+model leaves the pipeline. It is checked on the final model of a run; only when that fails is
+the run repeated with the rule checked after every pass that changed something, and a pass
+whose result breaks it is rolled back and reported as *declined* with the reason, while the
+other passes go on. So a run of valid passes pays for one check, not one per pass.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import onnx
 import onnx_ir as ir
 
 from fusionviz import errors
-from fusionviz.passes import registry
+from fusionviz.passes import registry, validity
 from fusionviz.passes.base import Change, all_nodes, ensure_unique_names
 
 logger = logging.getLogger(__name__)
@@ -33,16 +39,32 @@ class PassReport:
     seconds: float
     error: str | None = None
     note: str = ""  # e.g. why the pass was skipped without running
+    declined: str | None = None  # the validity rule its result broke (the pass was rolled back)
+    after: tuple[str, ...] = ()  # the passes that ran before it (names a failure's context)
+
+    @property
+    def status(self) -> str:
+        """One word: applied, unchanged, skipped, declined or failed."""
+        if self.error:
+            return "failed"
+        if self.declined:
+            return "declined"
+        if self.note:
+            return "skipped"
+        return "applied" if self.changes else "unchanged"
 
     def as_dict(self) -> dict:
         return {
             "name": self.name,
             "title": self.title,
+            "status": self.status,
             "changes": [c.as_dict() for c in self.changes],
             "nodes_before": self.nodes_before,
             "nodes_after": self.nodes_after,
             "seconds": round(self.seconds, 4),
             "error": self.error,
+            "declined": self.declined,
+            "after": list(self.after),
             "note": self.note,
         }
 
@@ -161,6 +183,8 @@ def run_pipeline(
     shapes: Mapping[str, Sequence[int]] | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     keep_snapshots: bool = True,
+    validate: bool = True,
+    _careful: bool = False,
 ) -> PipelineResult:
     """Run ``pass_names`` (any order given; canonical order used) on a copy of ``model``.
 
@@ -168,6 +192,9 @@ def run_pipeline(
     snapshots, "original" and the last pass's, and skips serializing the model after every
     pass. The restore-on-error rule needs those per-pass snapshots, so when a pass fails in
     that mode the pipeline is simply run again with them: the result is the same either way.
+
+    ``validate`` applies the validity rule (module docstring); ``_careful`` is the internal
+    second run that checks it after every pass.
     """
     passes = registry.resolve(pass_names)
     t0 = time.perf_counter()
@@ -187,6 +214,7 @@ def run_pipeline(
         original = onnx.ModelProto()
         original.CopyFrom(model)
     snapshots = [Snapshot("original", original, count_nodes(work))]
+    base = validity.Baseline(original) if validate else None
     reports: list[PassReport] = []
     shapes_fresh = False  # shape inference is re-run only when a pass left values without it
     inferred: dict[int, ir.Value] = {}  # the values the last shape inference saw (held: ids stay unique)
@@ -217,23 +245,49 @@ def run_pipeline(
             error = f"{type(exc).__name__}: {exc}"
         if error is not None:
             if not keep_snapshots:  # nothing to restore from: run again the careful way
-                return run_pipeline(model, pass_names, shapes=shapes, progress=progress)
+                return run_pipeline(model, pass_names, shapes=shapes, progress=progress,
+                                    validate=validate, _careful=_careful)
+            error = f"{error} (after: {', '.join(r.name for r in reports) or 'no other pass'})"
             work = to_ir(snapshots[-1].model)
             changes = []
+        declined = None
+        proto = None
+        if changes and _careful:
+            proto = to_proto(work)
+            declined = validity.violation(proto, base)
+            if declined:
+                logger.info("pass %s declined: %s", p.name, declined)
+                work = to_ir(snapshots[-1].model)
+                changes = []
+                proto = None
         dt = time.perf_counter() - t
-        if changes or error is not None:
-            shapes_fresh = shapes_fresh and error is None and _shapes_still_fresh(p, work, inferred)
+        if changes or error is not None or declined:
+            shapes_fresh = (shapes_fresh and error is None and declined is None
+                            and _shapes_still_fresh(p, work, inferred))
             ops = None
-            proto = to_proto(work) if keep_snapshots else None
+            if proto is None and keep_snapshots:
+                proto = snapshots[-1].model if declined else to_proto(work)
         else:
             proto = snapshots[-1].model  # unchanged: share the previous snapshot (read-only)
         n1 = count_nodes(work)
-        reports.append(PassReport(p.name, p.title, tuple(changes), n0, n1, dt, error))
+        reports.append(PassReport(p.name, p.title, tuple(changes), n0, n1, dt, error,
+                                  declined=declined, after=tuple(r.name for r in reports)))
         snapshots.append(Snapshot(p.name, proto, n1))
     if not keep_snapshots:
         last = snapshots[-1]
         final = last.model if len(snapshots) == 1 or last.model is not None else to_proto(work)
         snapshots = [snapshots[0]] + ([Snapshot(last.label, final, last.node_count)] if len(snapshots) > 1 else [])
+    if validate and not _careful and any(r.changes for r in reports):
+        why = validity.violation(snapshots[-1].model, base)
+        if why:  # some pass broke the rule: find which, pass by pass
+            logger.info("the result breaks the validity rule (%s); checking pass by pass", why)
+            careful = run_pipeline(model, pass_names, shapes=shapes, progress=progress,
+                                   keep_snapshots=True, validate=True, _careful=True)
+            if keep_snapshots:
+                return careful
+            snaps = careful.snapshots
+            return PipelineResult((snaps[0], snaps[-1]) if len(snaps) > 1 else snaps, careful.reports,
+                                  careful.seconds)
     if progress:
         progress(len(passes), len(passes), "done")
     return PipelineResult(tuple(snapshots), tuple(reports), time.perf_counter() - t0)

@@ -1,0 +1,164 @@
+"""The validity rule: the common postcondition of every pass.
+
+A pass's result is accepted only if the model is still a valid model of the same function
+signature. Checked against a :class:`Baseline` taken from the model the pass started from:
+
+1. ``onnx.checker.check_model(full_check=True)`` passes (strict shape inference included).
+   A model that already failed the full check before the pass (real exports do: a stale
+   value_info, an op the checker's inference trips on) is held to the plain checker instead,
+   so a pass is never blamed for what it inherited.
+2. The graph's inputs and outputs keep their names, element types and ranks (where known).
+3. onnxruntime (optimizations off) can create a session for it, when it could for the model
+   before the pass.
+
+:func:`violation` returns the first broken rule as one sentence, or None. The pipeline calls it
+on the final model of a run and, only when that fails, after each pass, rolling back and
+declining the passes whose result breaks it (see :mod:`fusionviz.passes.pipeline`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import onnx
+
+logger = logging.getLogger(__name__)
+
+#: Models above this size are checked by path in onnx (protobuf's 2 GB limit); we skip rule 1's
+#: in-memory form for them and keep rules 2 and 3.
+_CHECKER_MAX_BYTES = 1_800_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class IOSig:
+    """Name, element type and rank (None when unknown) of one graph input or output."""
+
+    name: str
+    elem_type: int
+    rank: int | None
+
+
+class Baseline:
+    """What a pass's result is compared against: the model the passes started from.
+
+    The checker and onnxruntime verdicts on that model are computed only when a result fails
+    them (a result that passes needs no excuse), so the common case costs one check of the
+    result and nothing for the baseline.
+    """
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.inputs, self.outputs = io_signature(model)
+        self._full_check: bool | None = None
+        self._ort_loads: bool | None = None
+        self._plain_check: bool | None = None
+
+    @property
+    def full_check(self) -> bool:
+        """Whether the model passed onnx's full check."""
+        if self._full_check is None:
+            self._full_check = checker_error(self.model, full=True) is None
+            if not self._full_check:
+                logger.info("the model fails onnx's full check before any pass; "
+                            "passes are held to the plain check")
+        return self._full_check
+
+    @property
+    def plain_check(self) -> bool:
+        """Whether the model passed onnx's plain (not full) check."""
+        if self._plain_check is None:
+            self._plain_check = checker_error(self.model, full=False) is None
+        return self._plain_check
+
+    @property
+    def ort_loads(self) -> bool:
+        """Whether onnxruntime could create a session for the model."""
+        if self._ort_loads is None:
+            self._ort_loads = ort_error(self.model) is None
+        return self._ort_loads
+
+
+def _sig(values, skip: set[str] = frozenset()) -> tuple[IOSig, ...]:
+    out = []
+    for v in values:
+        if v.name in skip:
+            continue
+        t = v.type
+        if t.HasField("tensor_type"):
+            tt = t.tensor_type
+            rank = len(tt.shape.dim) if tt.HasField("shape") else None
+            out.append(IOSig(v.name, int(tt.elem_type), rank))
+        else:
+            out.append(IOSig(v.name, -1, None))
+    return tuple(out)
+
+
+def io_signature(model: onnx.ModelProto) -> tuple[tuple[IOSig, ...], tuple[IOSig, ...]]:
+    """(inputs, outputs) of the main graph; initializers listed as inputs are left out."""
+    inits = {t.name for t in model.graph.initializer}
+    return _sig(model.graph.input, inits), _sig(model.graph.output)
+
+
+def checker_error(model: onnx.ModelProto, *, full: bool) -> str | None:
+    """onnx's checker verdict as one sentence, or None when the model passes."""
+    if model.ByteSize() > _CHECKER_MAX_BYTES:
+        return None
+    try:
+        onnx.checker.check_model(model, full_check=full)
+    except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError, ...
+        return _one_line(str(exc))
+    return None
+
+
+def ort_error(model: onnx.ModelProto) -> str | None:
+    """Why onnxruntime (optimizations off, CPU) cannot create a session, or None."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    so.intra_op_num_threads = 1
+    try:
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
+        return _one_line(str(exc).replace("[ONNXRuntimeError] : ", ""))
+    return None
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _io_violation(kind: str, before: tuple[IOSig, ...], after: tuple[IOSig, ...]) -> str | None:
+    if [s.name for s in before] != [s.name for s in after]:
+        return (f"the graph {kind}s changed from {[s.name for s in before]} "
+                f"to {[s.name for s in after]}")
+    for b, a in zip(before, after, strict=True):
+        if b.elem_type != a.elem_type:
+            tb = onnx.TensorProto.DataType.Name(b.elem_type) if b.elem_type > 0 else "non-tensor"
+            ta = onnx.TensorProto.DataType.Name(a.elem_type) if a.elem_type > 0 else "non-tensor"
+            return f"graph {kind} '{b.name}' changed type from {tb} to {ta}"
+        if b.rank is not None and a.rank is not None and b.rank != a.rank:
+            return f"graph {kind} '{b.name}' changed rank from {b.rank} to {a.rank}"
+    return None
+
+
+def violation(model: onnx.ModelProto, base: Baseline) -> str | None:
+    """The first validity rule ``model`` breaks (one sentence), or None when it is valid."""
+    inputs, outputs = io_signature(model)
+    why = _io_violation("input", base.inputs, inputs) or _io_violation("output", base.outputs, outputs)
+    if why:
+        return why
+    err = checker_error(model, full=True)
+    if err and not base.full_check:  # held to the plain check, as the model before was
+        err = checker_error(model, full=False)
+        if err and not base.plain_check:  # nor that: the checker cannot judge this model
+            err = None
+    if err:
+        return f"the ONNX checker rejects the result: {err}"
+    err = ort_error(model)
+    if err and base.ort_loads:
+        return f"onnxruntime cannot load the result: {err}"
+    return None
