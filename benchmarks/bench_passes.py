@@ -1,4 +1,4 @@
-"""Measure issue 3's done-when for the pass engine.
+"""Pass engine speed: our pipeline against onnxslim on the same models.
 
 For every sample model and every onnx light model:
 

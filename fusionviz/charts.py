@@ -1,6 +1,6 @@
 """Plotly figures: pure functions from results to ``plotly.graph_objects.Figure``.
 
-No Streamlit here (STYLE #10). Inputs are the backend's records (``BenchResult``, ``MemoryPlan``)
+No Streamlit here. Inputs are the backend's records (``BenchResult``, ``MemoryPlan``)
 or plain dicts, so pages, reports and tests can all call them.
 """
 

@@ -1,4 +1,4 @@
-"""`python -m fusionviz ...`: the command-line contract (see DESIGN.md).
+"""`python -m fusionviz ...`: the command-line contract (DESIGN.md, "CLI").
 
 Exit status: 0 success; 2 bad input (one line on stderr, never a traceback); 3 verification
 failed (optimize). Each subcommand lives in ``fusionviz/commands/<name>.py`` with

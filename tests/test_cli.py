@@ -1,4 +1,4 @@
-"""The CLI contract (issue 2 §4): ``info`` on every sample and onnx light model, ``info --json``,
+"""The CLI contract: ``info`` on every sample and onnx light model, ``info --json``,
 ``passes``, and usage errors (exit 2, one line, no traceback).
 
 Most runs call :func:`fusionviz.cli.main` in-process (fast); a few go through a real

@@ -1,4 +1,4 @@
-"""Safe loading (issue 2 §2, §5): paths, bytes, folders and zips; typed one-sentence errors;
+"""Safe loading: paths, bytes, folders and zips; typed one-sentence errors;
 nothing read outside the model's folder; nothing written outside a temp dir the loader owns."""
 
 from __future__ import annotations

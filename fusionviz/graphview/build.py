@@ -13,7 +13,7 @@ Drawing rules (model_graph, collapse and dot hold theirs):
    consumer's label ("◂ ext_mask (hub ×24)"), because even ``constraint=false`` long edges cost
    the router seconds (measured: 1k nodes 11 s with unconstrained hub edges, 0.4 s without;
    93 collapsed boxes 5 s vs 0.05 s), and per-use stub nodes pushed the layout into a diagonal. Big pictures also bound the layout
-   work with ``nslimit``/``mclimit`` (ANCHORS).
+   work with ``nslimit``/``mclimit`` (DESIGN.md, "Graph layout").
 5. Edges from nodes that are not drawn (focus, changed-only, cap) start at a small "⋯" stub, so
    a cut is visible as a cut.
 """

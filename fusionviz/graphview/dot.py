@@ -26,7 +26,7 @@ SCOPE_ID_PREFIX = "fv-s-"
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
 
-# Op families (issue 4 §1): fill colour per family.
+# Op families: fill colour per family.
 FAMILIES: dict[str, tuple[str, ...]] = {
     "conv": ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv", "NchwcConv"),
     "matmul": ("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "FusedGemm", "FusedMatMul",
@@ -165,7 +165,7 @@ def html_label(lines: list[tuple[str, str | None, int | None, bool]]) -> HtmlLab
 
 
 def graph_header(*, rankdir: str, big: bool) -> list[str]:
-    """Graph, node and edge defaults. ``big`` bounds the layout work (ANCHORS: nslimit)."""
+    """Graph, node and edge defaults. ``big`` bounds the layout work (``nslimit``: a tensor feeding many nodes otherwise blows up ``dot``'s ranking)."""
     g = dict(rankdir=rankdir, nodesep="0.25", ranksep="0.35", outputorder="edgesfirst",
              fontname="Helvetica", bgcolor="white")
     if big:

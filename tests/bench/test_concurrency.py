@@ -1,5 +1,5 @@
 """Benchmarks from two sessions at once are queued by the machine-wide lock, never overlapped,
-and each gets its own correct results (issue 5 §1, issue 8 §5)."""
+and each gets its own correct results."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Two browser sessions at once: separate models and results, benchmarks queued (issue 8 §5)."""
+"""Two browser sessions at once: separate models and results, benchmarks queued."""
 
 from __future__ import annotations
 

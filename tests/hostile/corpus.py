@@ -1,4 +1,4 @@
-"""A corpus of hostile and broken inputs (issue 8 §1), generated on the fly; nothing is downloaded.
+"""A corpus of hostile and broken inputs, generated on the fly; nothing is downloaded.
 
 ``build_corpus(root)`` writes every case under ``root`` and returns :class:`Case` records. Each
 case says whether it is a loadable model (``valid``: ``info`` must exit 0 and print it escaped) or

@@ -1,4 +1,4 @@
-"""Every hostile input through the real CLI (issue 8 §1-2, issue 2 §4-5).
+"""Every hostile input through the real CLI.
 
 For each case of :mod:`.corpus` and each command (``info`` and ``optimize`` always; ``render`` and
 ``bench`` as soon as they are registered in the CLI):
