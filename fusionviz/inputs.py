@@ -232,6 +232,11 @@ class InputChoice:
     high: int | None = None  # integer inputs: values in [0, high)
     is_mask: bool = False
 
+    @property
+    def is_free_scalar(self) -> bool:
+        """A scalar integer with no value given or inferred (a sample rate, a count)."""
+        return not self.dims and self.value is None and np.issubdtype(np.dtype(self.dtype), np.integer)
+
     def describe(self) -> str:
         """``x float32[1,3,224,224] (dims 2,3 chosen; set with --shape x=...)``."""
         text = f"{self.name}: {self.dtype}[{','.join(str(d) for d in self.dims)}]"
@@ -263,7 +268,9 @@ class InputPlan:
 
     @property
     def has_choices(self) -> bool:
-        return any(c.chosen or c.value_note.startswith("the value the model") for c in self.choices)
+        """Whether fusionviz chose a dim or a value (then :func:`fusionviz.verify.probe` checks it)."""
+        return any(c.chosen or c.value_note.startswith("the value the model") or c.is_free_scalar
+                   for c in self.choices)
 
     def describe_lines(self) -> list[str]:
         return [c.describe() for c in self.choices]

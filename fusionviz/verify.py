@@ -381,11 +381,12 @@ def probe(model: onnx.ModelProto, plan: InputPlan, *, isolated: bool = True) -> 
     index, err = _child(("probe", data, candidates)) if isolated else probe_here(data, candidates)
     if index >= 0:
         return dataclasses.replace(plans[index], probed=True)
-    chosen = "; ".join(c.describe() for c in plan.choices if c.chosen or c.value_note)
-    hint = "set them with --shape NAME=d1,d2,..."
-    scalars = [c.name for c in plan.choices if not c.dims and c.value is None]
+    chosen = "; ".join(c.describe() for c in plan.choices if c.chosen or c.value_note or c.is_free_scalar)
+    scalars = [c.name for c in plan.choices if c.is_free_scalar]
+    hint = "set them with --shape NAME=d1,d2,..." if any(c.chosen for c in plan.choices) else ""
     if scalars:
-        hint += f" and give a value with --input {scalars[0]}=VALUE"
+        hint += (" and " if hint else "") + (
+            f"the model needs a specific value for '{scalars[0]}': give it with --input {scalars[0]}=VALUE")
     raise errors.InputSpecError(
         f"The model does not run on the inputs fusionviz chose ({chosen}): {err[:200]}; {hint}.")
 

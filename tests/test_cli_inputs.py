@@ -1,0 +1,127 @@
+"""The CLI with real-model inputs: odd input names, scalar values, user data, declined passes."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+
+from fusionviz import cli
+
+TF = """
+<ir_version: 8, opset_import: ["" : 13]>
+g (float[unk__1, unk__2, unk__3, 3] "serving_default_input_2:0", int64 sr) => (float[unk__1, unk__2, unk__3, 3] y) {
+    k = Constant <value = int64 {16000}> ()
+    c = Equal(sr, k)
+    i = Identity("serving_default_input_2:0")
+    y = If (c) <then_branch = t () => (float[unk__1, unk__2, unk__3, 3] a) { a = Relu(i) },
+                else_branch = e () => (float[unk__1, unk__2, unk__3, 3] b) { b = Neg(i) }>
+}
+"""
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as exc:
+        code = int(exc.code)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def tf_model(tmp_path):
+    path = tmp_path / "tf.onnx"
+    onnx.save(onnx.parser.parse_model(TF), str(path))
+    return path
+
+
+def test_optimize_with_no_flags_says_what_it_chose(tf_model, tmp_path, capsys):
+    report = tmp_path / "r.json"
+    code, _, err = _run(capsys, "optimize", str(tf_model), "-o", str(tmp_path / "o.onnx"), "--all",
+                        "--report", str(report))
+    assert code == 0, err
+    assert "input serving_default_input_2:0: float32[1,224,224,3]" in err
+    assert "sr: int64[]" in err and "16000" in err
+    data = json.loads(report.read_text())
+    assert data["verify"]["ok"] and data["verify"]["input_sets"] == ["normal", "zeros", "edge"]
+    assert all("status" in p for p in data["passes"])
+
+
+def test_shape_and_input_accept_tf_names(tf_model, tmp_path, capsys):
+    code, _, err = _run(capsys, "optimize", str(tf_model), "-o", str(tmp_path / "o.onnx"), "--all",
+                        "--shape", "serving_default_input_2:0=1,32,32,3", "--input", "sr=8000")
+    assert code == 0, err
+    assert "verify: equal" in err
+
+
+def _npz(**arrays) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def test_user_inputs_file_is_an_extra_set(tf_model, tmp_path, capsys):
+    data = tmp_path / "in.npz"
+    data.write_bytes(_npz(**{"serving_default_input_2:0": np.ones((1, 8, 8, 3), np.float32),
+                             "sr": np.array(16000, np.int64)}))
+    code, _, err = _run(capsys, "optimize", str(tf_model), "-o", str(tmp_path / "o.onnx"), "--all",
+                        "--inputs", str(data))
+    assert code == 0, err
+    assert "normal/zeros/edge/user" in err
+
+
+@pytest.mark.parametrize(("arrays", "needle"), [
+    ({"input_2": np.ones((1, 8, 8, 3), np.float32)}, "not inputs of the model"),
+    ({"serving_default_input_2:0": np.ones((1, 8, 8, 4), np.float32)}, "fixed at 3"),
+    ({"serving_default_input_2:0": np.ones((1, 8, 8, 3), np.int32)}, "int32 but the input is float32"),
+])
+def test_bad_inputs_file_is_one_line_exit_2(tf_model, tmp_path, capsys, arrays, needle):
+    data = tmp_path / "in.npz"
+    data.write_bytes(_npz(**arrays))
+    code, _, err = _run(capsys, "optimize", str(tf_model), "-o", str(tmp_path / "o.onnx"), "--inputs", str(data))
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--shape", "nope=1,2,3,4"], "model's inputs are"),
+    (["--shape", "serving_default_input_2:0=1,2,2,4"], "fixed at 3"),
+    (["--input", "sr=fast"], "must be a number"),
+    (["--shape", "serving_default_input_2:0=100000,100000,100,3"], "elements"),
+])
+def test_bad_input_flags_are_one_line_exit_2(tf_model, tmp_path, capsys, args, needle):
+    code, _, err = _run(capsys, "optimize", str(tf_model), "-o", str(tmp_path / "o.onnx"), *args)
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0]
+    assert not (tmp_path / "o.onnx").exists()  # refused before any pass ran
+
+
+def test_model_that_needs_a_value_says_which(tmp_path, capsys):
+    # Range(0, n) is reshaped to 2x4: only n = 8 runs.
+    m = onnx.parser.parse_model("""
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2, 4] x, int64 n) => (float[2, 4] y) {
+    zero = Constant <value = int64 {0}> ()
+    one = Constant <value = int64 {1}> ()
+    shape = Constant <value = int64[2] {2, 4}> ()
+    r = Range(zero, n, one)
+    f = Cast <to = 1> (r)
+    f2 = Reshape(f, shape)
+    y = Add(x, f2)
+}
+""")
+    path = tmp_path / "n.onnx"
+    onnx.save(m, str(path))
+    code, _, err = _run(capsys, "optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--all")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1
+    assert "needs a specific value for 'n': give it with --input n=VALUE" in lines[0]
+    code, _, err = _run(capsys, "optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--all", "--input", "n=8")
+    assert code == 0, err
