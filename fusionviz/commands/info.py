@@ -61,6 +61,16 @@ def run(args) -> int:
     print("outputs")
     for o in s.outputs:
         print(f"  {_t(o['name'])}: {_t(o['dtype'])} {_fmt_shape(o['shape'])}")
+    try:
+        from fusionviz.inputs import plan_inputs
+
+        plan = plan_inputs(loaded.proto)
+        if plan.has_choices:
+            print("run with (fusionviz's choice for the free dims and values; change with --shape / --input)")
+            for line in plan.describe_lines():
+                print(f"  {_t(line, 2 * NAME_CHARS)}")
+    except Exception as exc:  # noqa: BLE001 - the plan is an extra here; optimize reports it properly
+        logger.info("no input plan: %s", printable(exc, 200))
     print(f"nodes      {s.node_count} ({s.node_count_main} in the main graph, {s.subgraph_count} subgraphs)")
     print(f"params     {s.param_count:,} ({s.param_bytes / 1e6:.2f} MB)")
     if extra:
