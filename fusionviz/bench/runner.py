@@ -81,15 +81,18 @@ class BenchCancelled(errors.BenchError):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """onnxruntime session settings for one variant.
+    """Runtime settings for one variant.
 
     Attributes:
-        level: onnxruntime graph optimization level, one of ``fusionviz.ortlevels.LEVELS``.
+        level: onnxruntime graph optimization level, one of ``fusionviz.ortlevels.LEVELS``
+            (the ``ort`` backend; the others run their own full pipeline).
         threads: intra-op threads.
-        provider: execution provider (one of ``onnxruntime.get_available_providers()``).
+        provider: onnxruntime execution provider (one of ``onnxruntime.get_available_providers()``).
         disabled_optimizers: onnxruntime optimizer names to switch off (unknown names are
             ignored by onnxruntime).
-        denormal_as_zero: set ``session.set_denormal_as_zero``.
+        denormal_as_zero: flush denormals to zero, in each backend's own way
+            (``session.set_denormal_as_zero``; OpenVINO ``CPU_DENORMALS_OPTIMIZATION``).
+        backend: the runtime (``fusionviz.backends.backend_names()``); "ort" is onnxruntime.
     """
 
     level: str = "off"
@@ -97,8 +100,12 @@ class Settings:
     provider: str = "CPUExecutionProvider"
     disabled_optimizers: tuple[str, ...] = ()
     denormal_as_zero: bool = False
+    backend: str = "ort"
 
     def __post_init__(self) -> None:
+        from fusionviz.backends.registry import canonical
+
+        object.__setattr__(self, "backend", canonical(self.backend))
         if self.level not in LEVELS:
             raise errors.InputSpecError(
                 f"Unknown onnxruntime level '{self.level}'; use one of {', '.join(LEVELS)}."
@@ -108,10 +115,18 @@ class Settings:
         object.__setattr__(self, "disabled_optimizers", tuple(self.disabled_optimizers))
 
     def describe(self) -> str:
-        parts = [f"ORT {self.level}", f"{self.threads} thread{'s' if self.threads != 1 else ''}"]
-        if self.provider != "CPUExecutionProvider":
+        from fusionviz.backends.registry import TITLES
+
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        if self.backend == "ort":
+            parts = [f"ORT {self.level}", threads]
+        elif self.backend == "trt":
+            parts = [TITLES[self.backend], threads]
+        else:
+            parts = [f"{TITLES[self.backend]} CPU f32", threads]
+        if self.backend == "ort" and self.provider != "CPUExecutionProvider":
             parts.append(self.provider.replace("ExecutionProvider", ""))
-        if self.disabled_optimizers:
+        if self.backend == "ort" and self.disabled_optimizers:
             parts.append("without " + ", ".join(self.disabled_optimizers))
         if self.denormal_as_zero:
             parts.append("denormals as zero")
@@ -172,7 +187,9 @@ class BenchResult:
         error: one sentence when the variant failed, else None.
         samples_ms: every timed run, in order.
         round_medians_ms: the median of each round (drift shows here).
-        session_s: seconds to create the session.
+        session_s: seconds to create the session (compile the model, for other backends).
+        backend_info: the backend's name, version and the settings it applied in its own
+            words (e.g. ``CPU_DENORMALS_OPTIMIZATION``), when its worker started.
     """
 
     label: str
@@ -186,6 +203,12 @@ class BenchResult:
     samples_ms: tuple[float, ...] = ()
     round_medians_ms: tuple[float, ...] = ()
     session_s: float | None = None
+    backend_info: dict | None = None
+
+    @property
+    def backend(self) -> str:
+        """The variant's backend name."""
+        return self.settings.backend
 
     def __post_init__(self) -> None:
         if self.stats is None and self.error is None:
@@ -207,6 +230,8 @@ class BenchResult:
             "error": self.error,
             "session_s": self.session_s,
             "round_medians_ms": list(self.round_medians_ms),
+            "backend": self.backend,
+            "backend_info": self.backend_info,
         }
         if samples:
             d["samples_ms"] = list(self.samples_ms)
@@ -281,8 +306,9 @@ class _Worker:
     """Parent-side handle on one worker process."""
 
     def __init__(self, label: str, tmpdir: Path, *, timeout_s: float, mem_limit_mb: int,
-                 cancel: threading.Event | None) -> None:
+                 cancel: threading.Event | None, title: str = "onnxruntime") -> None:
         self.label = label
+        self.title = title
         self.timeout_s = float(timeout_s)
         self.mem_limit_mb = int(mem_limit_mb)
         self.cancel = cancel
@@ -360,7 +386,7 @@ class _Worker:
                 sig = f"signal {-code}"
             if -code == signal.SIGKILL and self.max_rss_mb > 0.8 * self.mem_limit_mb:
                 return _WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap")
-            return _WorkerFailed(f"onnxruntime crashed the worker ({sig})")
+            return _WorkerFailed(f"{self.title} crashed the worker ({sig})")
         last = [ln for ln in tail.splitlines() if ln.strip()][-1:] or [f"exit status {code}"]
         return _WorkerFailed(f"the worker exited unexpectedly: {' '.join(last[0].split())[:200]}")
 
@@ -389,9 +415,9 @@ class _Worker:
                         if reply.get("kind") == "memory":
                             self.kill()
                             raise _WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap")
-                        if reply.get("kind") == "input":
+                        if reply.get("kind") in ("input", "unavailable"):
                             raise _WorkerFailed(_clean(reply.get("error") or "bad inputs"))
-                        raise _WorkerFailed(f"onnxruntime failed: {_clean(reply.get('error') or 'unknown error')}")
+                        raise _WorkerFailed(f"{self.title} failed: {_clean(reply.get('error') or 'unknown error')}")
                     return reply
                 elapsed = time.monotonic() - t0
                 if elapsed > remaining:
@@ -434,6 +460,7 @@ class _Job:
     verify: dict | None = None
     plan: dict | None = None
     processes: int = 1  # worker processes used so far (see PROCESSES)
+    output_names: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def alive(self) -> bool:
@@ -459,7 +486,7 @@ def _validate(variants: Sequence[Variant]) -> None:
     for v in variants:
         if not isinstance(v, Variant):
             raise errors.InputSpecError("run_benchmark takes Variant objects.")
-        if v.settings.provider not in available:
+        if v.settings.backend == "ort" and v.settings.provider not in available:
             raise errors.InputSpecError(
                 f"Execution provider '{v.settings.provider}' is not available here; "
                 f"available: {', '.join(available)}."
@@ -584,8 +611,19 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
     inputs_path = tmpdir / "inputs.npz"
     np.savez(inputs_path, **{f"i{k}": arr for k, arr in enumerate(feeds.values())})
 
-    def new_worker(label: str) -> _Worker:
-        return _Worker(label, tmpdir, timeout_s=timeout_s, mem_limit_mb=mem_limit_mb, cancel=cancel)
+    from fusionviz.backends.registry import TITLES, get_backend
+
+    def new_worker(label: str, backend: str = "ort") -> _Worker:
+        return _Worker(label, tmpdir, timeout_s=timeout_s, mem_limit_mb=mem_limit_mb, cancel=cancel,
+                       title=TITLES.get(backend, backend))
+
+    # A backend that cannot run here fails its variants with its reason; the others go on.
+    unavailable: dict[str, str | None] = {}
+    for v in variants:
+        b = v.settings.backend
+        if b not in unavailable:
+            why = get_backend(b).quick_check()
+            unavailable[b] = None if why is None else f"{TITLES.get(b, b)} is not available here: {why}"
 
     def fail(job: _Job, exc: _WorkerFailed) -> None:
         job.error = str(exc)
@@ -596,7 +634,9 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
     for i, (v, proto) in enumerate(zip(variants, protos, strict=False)):
         path = tmpdir / f"model{i}.onnx"
         path.write_bytes(v.model_bytes())
-        jobs.append(_Job(v, i, path, plan=_static_plan(proto, shapes)))
+        jobs.append(_Job(v, i, path, plan=_static_plan(proto, shapes),
+                         error=unavailable.get(v.settings.backend),
+                         output_names=[o.name for o in proto.graph.output]))
 
     # Reference outputs, in their own worker.
     ref_outputs: dict | None = None
@@ -619,10 +659,13 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
     n = len(jobs)
     # Start each worker, create its session, warm up and calibrate (one at a time).
     for k, job in enumerate(jobs):
+        if job.error is not None:
+            continue
         say(0.02 + 0.18 * k / n, f"starting '{job.variant.label}' ({job.variant.settings.describe()})")
         try:
-            job.worker = new_worker(job.variant.label)
-            job.init = job.worker.request(_init_msg(job.model_path, inputs_path, names, job.variant.settings))
+            job.worker = new_worker(job.variant.label, job.variant.settings.backend)
+            job.init = job.worker.request(_init_msg(job.model_path, inputs_path, names, job.variant.settings,
+                                                    _outputs_of(job)))
             reply = job.worker.request({"cmd": "run", "n": warmup})
             times = reply["times_ms"]
             est = float(np.median(times[1:] if len(times) > 1 else times))
@@ -658,8 +701,9 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
             if job.processes < PROCESSES and job.measured_s() >= job.processes * min_time_s / PROCESSES:
                 try:  # hand the rest of this variant's runs to a fresh process
                     job.worker.close()
-                    job.worker = new_worker(job.variant.label)
-                    job.worker.request(_init_msg(job.model_path, inputs_path, names, job.variant.settings))
+                    job.worker = new_worker(job.variant.label, job.variant.settings.backend)
+                    job.worker.request(_init_msg(job.model_path, inputs_path, names, job.variant.settings,
+                                                 _outputs_of(job)))
                     job.worker.request({"cmd": "run", "n": warmup})
                     job.processes += 1
                 except _WorkerFailed as exc:
@@ -674,21 +718,29 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
             job.verify = _verify_job(job, tmpdir, ref_outputs, verify_error, verify_rtol)
             if not job.alive:
                 continue
-        try:
-            runs = max(3, min(20, job.loops)) if profile else 1
-            job.profile = job.worker.request({"cmd": "profile", "n": runs,
-                                              "prefix": str(tmpdir / f"prof{job.index}")})
-        except _WorkerFailed as exc:
-            logger.info("profiling '%s' failed: %s", job.variant.label, exc)
-            job.profile = None
+        # onnxruntime's arena figures come from its profiler, so it always runs once there;
+        # other backends profile only when asked (a second compiled copy).
+        if profile or job.variant.settings.backend == "ort":
+            try:
+                runs = max(3, min(20, job.loops)) if profile else 1
+                job.profile = job.worker.request({"cmd": "profile", "n": runs,
+                                                  "prefix": str(tmpdir / f"prof{job.index}")})
+            except _WorkerFailed as exc:
+                logger.info("profiling '%s' failed: %s", job.variant.label, exc)
+                job.profile = None
         job.worker.close()
     say(1.0, "done")
     return [_result(job, profile) for job in jobs]
 
 
-def _init_msg(model_path: Path, inputs_path: Path, names: dict, settings: Settings) -> dict:
+def _init_msg(model_path: Path, inputs_path: Path, names: dict, settings: Settings,
+              output_names: list[str] | None = None) -> dict:
     return {"cmd": "init", "model": str(model_path), "inputs": str(inputs_path), "input_names": names,
-            "settings": settings.as_dict()}
+            "settings": settings.as_dict(), "backend": settings.backend, "output_names": output_names}
+
+
+def _outputs_of(job: _Job) -> list[str]:
+    return list(job.output_names)
 
 
 def _load_outputs(path: Path, names: list[str]) -> dict[str, np.ndarray]:
@@ -754,4 +806,5 @@ def _result(job: _Job, profile: bool) -> BenchResult:
         samples_ms=tuple(job.samples),
         round_medians_ms=tuple(job.round_medians),
         session_s=job.init.get("session_s"),
+        backend_info=job.init.get("backend_info"),
     )

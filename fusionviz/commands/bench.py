@@ -1,9 +1,14 @@
-"""`bench MODEL [--variant LABEL=PASSLIST ...] [--reference] [--whatif MODE] [--ort-level L] ...`.
+"""`bench MODEL [--variant LABEL=PASSLIST ...] [--backend ort,openvino,tvm,trt] [--reference] ...`.
 
-Measures variants of MODEL in isolated, interleaved onnxruntime workers (fusionviz.bench).
+Measures variants of MODEL in isolated, interleaved workers (fusionviz.bench).
 PASSLIST is comma-separated pass names, ``all`` (every exact pass) or empty (the original).
-Without ``--variant`` the set is ``original`` and ``all passes``. Progress goes to stderr, the
-table to stdout, and ``--json`` writes one record per variant.
+Without ``--variant`` the set is ``original`` and ``all passes``. With ``--backend`` naming more
+than one backend, each of those variants is measured on every backend in the same interleaved
+run, labelled ``LABEL (backend)``; ``--reference`` and ``--whatif`` variants stay on onnxruntime.
+A backend that cannot run here, or cannot compile the model, fails its own variants with one
+line each; the others are measured. Progress goes to stderr, the table to stdout (followed by
+one line per backend with the settings it applied, flush-to-zero included), and ``--json``
+writes one record per variant (with its ``backend``).
 """
 
 from __future__ import annotations
@@ -34,12 +39,16 @@ def register(sub) -> None:
                    help="add the original under every ORT level and onnxslim/onnxsim/onnxscript/ORT-optimized graphs")
     p.add_argument("--whatif", choices=("cumulative", "leave-one-out"),
                    help="per-pass what-if variants over all passes (or the passes of --variant's last entry)")
+    p.add_argument("--backend", default="ort", metavar="ort,openvino,tvm,trt",
+                   help="backends to measure each variant on (default ort; see fusionviz.backends)")
     p.add_argument("--ort-level", default="off", choices=LEVELS, help="onnxruntime optimization level (default off)")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
     p.add_argument("--provider", default="CPUExecutionProvider", help="execution provider")
     p.add_argument("--disable-optimizer", action="append", default=[], metavar="NAME",
                    help="onnxruntime optimizer to switch off (repeatable)")
-    p.add_argument("--denormal-as-zero", action="store_true", help="set session.set_denormal_as_zero")
+    p.add_argument("--denormal-as-zero", action="store_true",
+                   help="flush denormals to zero (onnxruntime session.set_denormal_as_zero, "
+                        "OpenVINO CPU_DENORMALS_OPTIMIZATION)")
     add_shape_arg(p)
     p.add_argument("--min-time", type=float, default=1.0, metavar="S", help="timed seconds per variant (default 1)")
     p.add_argument("--max-rounds", type=int, default=500, help="most interleaved rounds (default 500)")
@@ -68,9 +77,24 @@ def _parse_variant(text: str) -> tuple[str, list[str]]:
 
 
 def build_variants(model, args, settings, shapes) -> list:
-    """Variants for the CLI flags (also used by scripts)."""
+    """Variants for the CLI flags (also used by scripts).
+
+    The ``--variant`` set (or original and all passes) is repeated for every backend of
+    ``args.backend``; what-if and reference variants use ``settings`` (onnxruntime).
+    """
+    import dataclasses
+
+    from fusionviz.backends.registry import parse_backends
     from fusionviz.bench import Variant, whatif
     from fusionviz.passes import registry, run_pipeline
+
+    backends = parse_backends(getattr(args, "backend", None) or settings.backend)
+
+    def per_backend(label: str, proto, names: tuple[str, ...]) -> list:
+        if len(backends) == 1:
+            return [Variant(label, proto, dataclasses.replace(settings, backend=backends[0]), names)]
+        return [Variant(f"{label} ({b})", proto, dataclasses.replace(settings, backend=b), names)
+                for b in backends]
 
     specs = [_parse_variant(v) for v in args.variant]
     variants = []
@@ -91,12 +115,11 @@ def build_variants(model, args, settings, shapes) -> list:
                 for r in res.reports:
                     if r.error:
                         progress(f"  pass {r.name} skipped: {r.error}")
-                variants.append(Variant(label, res.final, settings, tuple(names)))
+                variants.extend(per_backend(label, res.final, tuple(names)))
             else:
-                variants.append(Variant(label, model, settings, ()))
-    if args.reference:
-        import dataclasses
-
+                variants.extend(per_backend(label, model, ()))
+    if args.reference:  # onnxruntime levels and reference optimizers: always on onnxruntime
+        settings = dataclasses.replace(settings, backend="ort")
         have = {v.label for v in variants}
         for lv in LEVELS:
             label = f"original @{lv}"
@@ -138,22 +161,40 @@ def _fmt_table(results) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows)
 
 
+def _backend_lines(results) -> list[str]:
+    """One line per backend: its version and the settings it applied (flush-to-zero included)."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    for r in results:
+        info = r.backend_info
+        if not info or r.backend in seen:
+            continue
+        seen.add(r.backend)
+        title = f"{info.get('title', r.backend)} {info.get('version') or ''}".strip()
+        rest = ", ".join(f"{k}={v}" for k, v in info.items() if k not in ("backend", "title", "version"))
+        lines.append(f"{r.backend}: {title}: {rest}")
+    return lines
+
+
 def run(args) -> int:
+    from fusionviz.backends.registry import parse_backends
     from fusionviz.bench import Settings, run_benchmark
 
+    backends = parse_backends(args.backend)  # unknown names -> InputSpecError before any work
     if args.threads < 1:
         raise errors.InputSpecError("--threads must be at least 1.")
     if args.min_time <= 0 or args.timeout <= 0 or args.mem_limit <= 0 or args.max_rounds < 1:
         raise errors.InputSpecError("--min-time, --timeout, --mem-limit and --max-rounds must be positive.")
     settings = Settings(level=args.ort_level, threads=args.threads, provider=args.provider,
                         disabled_optimizers=tuple(args.disable_optimizer),
-                        denormal_as_zero=args.denormal_as_zero)
+                        denormal_as_zero=args.denormal_as_zero, backend=backends[0])
     for v in args.variant:
         _parse_variant(v)  # validate flags before loading anything
     loaded = load_model_arg(args.model)
     shapes = shapes_of(args)
     variants = build_variants(loaded.proto, args, settings, shapes)
-    progress(f"benchmarking {len(variants)} variants of {loaded.name} ({settings.describe()})")
+    on = f" on {', '.join(backends)}" if len(backends) > 1 else ""
+    progress(f"benchmarking {len(variants)} variants of {loaded.name}{on} ({settings.describe()})")
     last = [-1]
 
     def on_progress(frac: float, msg: str) -> None:
@@ -168,7 +209,10 @@ def run(args) -> int:
                             mem_limit_mb=args.mem_limit, profile=args.profile,
                             verify_against=None if args.no_verify else loaded.proto,
                             progress=on_progress)
-    table = _fmt_table(results)
+    table = "\n".join([_fmt_table(results), *_backend_lines(results)])
+    for r in results:
+        if r.error is not None and r.backend != "ort":
+            progress(f"{r.label}: {r.error}")
     if args.json == "-":
         progress(table)
     else:

@@ -1,19 +1,25 @@
-"""`render MODEL [--diff OTHER.onnx] [--focus NODE --hops K] [--collapse] [--changed-only] -o OUT.(dot|svg)`.
+"""`render MODEL [--diff OTHER.onnx | --compiled openvino|tvm] [--focus NODE --hops K] ... -o OUT.(dot|svg)`.
 
 MODEL is drawn; with ``--diff OTHER``, MODEL is the *before* snapshot and OTHER the *after*
 one, and the picture is OTHER with its fused/new/changed nodes highlighted (``--side before``
-draws MODEL with the removed nodes highlighted instead). SVG is laid out in-process by pygraphviz;
-when it is missing the command says so and exits 2 (write .dot instead).
+draws MODEL with the removed nodes highlighted instead). With ``--compiled BACKEND`` the model
+is compiled by that backend and the picture is the graph it executes: one box per executed
+layer with the ONNX nodes it absorbed (``--layer-times`` measures per-layer times first);
+``--side before`` draws MODEL instead, each absorbed node marked with the layer it went into.
+SVG is laid out in-process by pygraphviz; when it is missing the command says so and exits 2
+(write .dot instead).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
+import time
 from pathlib import Path
 
 from fusionviz import errors
-from fusionviz.commands._common import add_model_arg, load_model_arg
+from fusionviz.commands._common import add_model_arg, add_shape_arg, load_model_arg, shapes_of
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +41,17 @@ def register(sub) -> None:
                    help="neighbours kept around changes with --changed-only")
     p.add_argument("--max-nodes", type=int, default=None, metavar="N", help="cap on drawn nodes")
     p.add_argument("--rankdir", choices=("TB", "LR"), default="TB", help="layout direction")
+    p.add_argument("--compiled", metavar="BACKEND", choices=COMPILED_BACKENDS,
+                   help="draw the graph BACKEND executes (openvino or tvm), with what each layer absorbed")
+    p.add_argument("--layer-times", action="store_true",
+                   help="with --compiled: measure per-layer times (a few profiled runs) and show them")
+    p.add_argument("--threads", type=int, default=1, help="with --compiled: intra-op threads (default 1)")
+    add_shape_arg(p)
     p.set_defaults(func=run)
+
+
+#: Backends whose executed graph can be drawn.
+COMPILED_BACKENDS = ("openvino", "tvm")
 
 
 def run(args) -> int:
@@ -45,6 +61,10 @@ def run(args) -> int:
     fmt = out.suffix.lower().lstrip(".")
     if fmt not in ("dot", "gv", "svg"):
         raise errors.RenderError(f"Output must end in .dot or .svg, not '{out.suffix or out.name}'.")
+    if getattr(args, "compiled", None):
+        return _run_compiled(args, out, fmt)
+    if getattr(args, "layer_times", False):
+        raise errors.RenderError("--layer-times needs --compiled BACKEND.")
     if args.hops < 0 or args.context_hops < 0:
         raise errors.RenderError("--hops and --context-hops must be 0 or more.")
     if args.max_nodes is not None and args.max_nodes < 1:
@@ -63,15 +83,77 @@ def run(args) -> int:
                             hops=args.hops, changed_only=args.changed_only,
                             context_hops=args.context_hops, rankdir=args.rankdir, **kw)
     rendered = render_graph(model, diff=diff, side=args.side, options=options)
-    text = rendered.dot if fmt in ("dot", "gv") else _quiet_c_stderr(render_svg, rendered.dot)
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise errors.RenderError(f"Cannot write '{out}': {exc.strerror}.") from None
+    _write(rendered, out, fmt, render_svg)
     msg = f"wrote {out} ({rendered.drawn:,} of {rendered.total:,} nodes drawn)"
     if diff is not None:
         msg += "; " + diff.summary()
     sys.stderr.write(msg + "\n")
+    if rendered.note:
+        sys.stderr.write(f"note: {rendered.note}\n")
+    return 0
+
+
+def _write(rendered, out: Path, fmt: str, render_svg, *, whole: bool = False) -> None:
+    """Write DOT, or SVG laid out in-process (``whole``: never split into parts)."""
+    if fmt in ("dot", "gv"):
+        text = rendered.dot
+    elif whole and "parts" in inspect.signature(render_svg).parameters:
+        text = _quiet_c_stderr(lambda d: render_svg(d, parts=False), rendered.dot)
+    else:
+        text = _quiet_c_stderr(render_svg, rendered.dot)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise errors.RenderError(f"Cannot write '{out}': {exc.strerror}.") from None
+
+
+def _run_compiled(args, out: Path, fmt: str) -> int:
+    """``--compiled BACKEND``: compile, read the executed graph, draw it (or MODEL with its provenance)."""
+    from fusionviz.backends import get_backend
+    from fusionviz.graphview import RenderOptions, render_graph, render_svg
+    from fusionviz.graphview.compiled import CompiledRenderOptions, executed_diff, render_executed
+    from fusionviz.inputs import make_inputs
+
+    if args.diff or args.focus or args.collapse or args.changed_only:
+        raise errors.RenderError("--compiled draws the executed graph; it cannot be combined with "
+                                 "--diff, --focus, --collapse or --changed-only.")
+    if args.threads < 1:
+        raise errors.RenderError("--threads must be at least 1.")
+    if args.max_nodes is not None and args.max_nodes < 1:
+        raise errors.RenderError("--max-nodes must be at least 1.")
+    backend = get_backend(args.compiled)
+    backend.require()
+    loaded = load_model_arg(args.model)
+    model = loaded.proto
+    shapes = shapes_of(args)
+    feeds = make_inputs(model, shapes or None)
+    t0 = time.perf_counter()
+    compiled = backend.compile(model.SerializeToString(), threads=args.threads,
+                               settings={"input_shapes": {k: list(v.shape) for k, v in feeds.items()},
+                                         "output_names": [o.name for o in model.graph.output],
+                                         "profile_layers": bool(args.layer_times)})
+    compile_s = time.perf_counter() - t0
+    graph = compiled.executed_graph()
+    if graph is None:
+        raise errors.RenderError(f"The {backend.title} backend cannot describe the graph it executes.")
+    if args.layer_times:
+        prof = compiled.profile(feeds, 5)
+        graph = graph.with_times({name: rec["ms"] for name, rec in prof["by_node"].items()})
+    if args.side == "before":
+        kw = {} if args.max_nodes is None else {"max_nodes": args.max_nodes}
+        rendered = render_graph(model, diff=executed_diff(model, graph), side="before",
+                                options=RenderOptions(rankdir=args.rankdir, **kw))
+        _write(rendered, out, fmt, render_svg)
+        what = f"{rendered.drawn:,} of {rendered.total:,} nodes of {loaded.name} drawn"
+    else:
+        kw = {} if args.max_nodes is None else {"max_nodes": args.max_nodes}
+        rendered = render_executed(graph, options=CompiledRenderOptions(rankdir=args.rankdir, **kw))
+        _write(rendered, out, fmt, render_svg, whole=True)
+        what = f"{rendered.drawn:,} of {rendered.total:,} executed layers drawn"
+    fused = sum(1 for layer in graph.layers if len(layer.absorbed) >= 2 and not layer.is_constant)
+    reorders = sum(1 for layer in graph.layers if layer.is_reorder)
+    sys.stderr.write(f"wrote {out} ({what}); {backend.title} compiled in {compile_s:.2f} s: "
+                     f"{fused} layers absorbed 2+ ONNX nodes, {reorders} layout changes\n")
     if rendered.note:
         sys.stderr.write(f"note: {rendered.note}\n")
     return 0
