@@ -33,6 +33,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
 import onnx
 
 from fusionviz import errors
@@ -122,6 +123,7 @@ def tune(
     model: onnx.ModelProto,
     *,
     shapes: Mapping[str, Sequence[int]] | None = None,
+    feeds: Mapping[str, np.ndarray] | None = None,
     budget_s: float = 120.0,
     min_time_s: float = 0.5,
     min_gain: float = 0.03,
@@ -134,6 +136,7 @@ def tune(
     Args:
         model: the original model.
         shapes: concrete input shapes (``--shape``), used by passes and the benchmark.
+        feeds: the inputs to time and verify with (an InputPlan's set); default from ``shapes``.
         budget_s: wall-clock budget for the whole search.
         min_time_s: timed seconds per variant per measurement.
         min_gain: a drop must be at least this much faster (fraction) to be taken.
@@ -178,7 +181,7 @@ def tune(
         vs = [Variant(f"{i}:{phase}", m, Settings(level=c.level, denormal_as_zero=c.denormal_as_zero,
                                                    disabled_optimizers=c.disabled_optimizers), c.passes)
               for i, (phase, c, m) in enumerate(variants)]
-        res = run_benchmark(vs, shapes=shapes, min_time_s=min_time_s, verify_against=model, verify_rtol=rtol,
+        res = run_benchmark(vs, shapes=shapes, feeds=feeds, min_time_s=min_time_s, verify_against=model, verify_rtol=rtol,
                             progress=lambda f, m: None)
         per_variant_s = (time.perf_counter() - t) / max(len(variants), 1)
         out = []

@@ -50,7 +50,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -537,6 +537,7 @@ def run_benchmark(
     variants: Sequence[Variant],
     *,
     shapes: dict[str, list[int]] | None = None,
+    feeds: Mapping[str, np.ndarray] | None = None,
     min_time_s: float = 1.0,
     warmup: int = 3,
     max_rounds: int = 500,
@@ -553,6 +554,8 @@ def run_benchmark(
     Args:
         variants: what to measure; labels must be unique.
         shapes: concrete shapes for inputs with symbolic dims (as ``--shape``).
+        feeds: the inputs to time with (an :class:`fusionviz.inputs.InputPlan`'s set, the same
+            inputs verification used); by default made from ``shapes``.
         min_time_s: timed seconds each variant must accumulate (warm-up excluded).
         warmup: runs discarded before timing (at least 1).
         max_rounds: upper bound on interleaved rounds.
@@ -587,7 +590,9 @@ def run_benchmark(
     ref_model = verify_against if verify_against is not None else protos[0]
     from fusionviz.inputs import make_inputs
 
-    feeds = make_inputs(ref_model, shapes)  # InputSpecError for the user, before any process starts
+    if feeds is None:
+        feeds = make_inputs(ref_model, shapes)  # InputSpecError for the user, before any process starts
+    feeds = dict(feeds)
     with machine_lock(progress, cancel):
         tmpdir = Path(tempfile.mkdtemp(prefix="fusionviz-bench-"))
         jobs: list[_Job] = []

@@ -17,10 +17,12 @@ import logging
 
 from fusionviz import errors
 from fusionviz.commands._common import (
+    add_input_args,
     add_model_arg,
-    add_shape_arg,
+    input_plan_of,
     load_model_arg,
     progress,
+    say_inputs,
     shapes_of,
     write_json,
 )
@@ -49,7 +51,7 @@ def register(sub) -> None:
     p.add_argument("--denormal-as-zero", action="store_true",
                    help="flush denormals to zero (onnxruntime session.set_denormal_as_zero, "
                         "OpenVINO CPU_DENORMALS_OPTIMIZATION)")
-    add_shape_arg(p)
+    add_input_args(p)
     p.add_argument("--min-time", type=float, default=1.0, metavar="S", help="timed seconds per variant (default 1)")
     p.add_argument("--max-rounds", type=int, default=500, help="most interleaved rounds (default 500)")
     p.add_argument("--timeout", type=float, default=120, metavar="S", help="time limit per worker (default 120)")
@@ -192,6 +194,9 @@ def run(args) -> int:
         _parse_variant(v)  # validate flags before loading anything
     loaded = load_model_arg(args.model)
     shapes = shapes_of(args)
+    plan = input_plan_of(args, loaded.proto)  # the inputs verify uses, checked on the original
+    say_inputs(plan)
+    feeds = plan.feeds("user" if plan.user_data else "normal")
     variants = build_variants(loaded.proto, args, settings, shapes)
     on = f" on {', '.join(backends)}" if len(backends) > 1 else ""
     progress(f"benchmarking {len(variants)} variants of {loaded.name}{on} ({settings.describe()})")
@@ -204,7 +209,7 @@ def run(args) -> int:
         last[0] = pct
         progress(f"[{pct:3d}%] {msg}")
 
-    results = run_benchmark(variants, shapes=shapes or None, min_time_s=args.min_time,
+    results = run_benchmark(variants, shapes=plan.shapes(), feeds=feeds, min_time_s=args.min_time,
                             max_rounds=args.max_rounds, timeout_s=args.timeout,
                             mem_limit_mb=args.mem_limit, profile=args.profile,
                             verify_against=None if args.no_verify else loaded.proto,
