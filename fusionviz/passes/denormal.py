@@ -6,7 +6,12 @@ Rules:
    ``0 < |x| < tiny`` (``tiny`` = smallest normal: 1.1754944e-38 for fp32, 6.1035e-05 for fp16,
    2.2250738585072014e-308 for fp64).
 2. None found: no change.
-3. Found: a candidate model with those values set to +0 (sign kept: -0.0 for negatives) is
+3. An initializer that reaches a Log, a divisor, a Sqrt, a Reciprocal or a Pow base (through
+   an additive op: an epsilon such as ``log(x + 1e-30)``, or an fp16 model's ``var + 1e-5``,
+   where 1e-5 is an fp16 subnormal) is never flushed: zero there makes the output infinite
+   exactly when the guarded tensor is 0, which random test inputs never show
+   (:mod:`fusionviz.passes.guards`).
+4. Found: a candidate model with those values set to +0 (sign kept: -0.0 for negatives) is
    compared with the current one in onnxruntime (optimizations off, deterministic inputs,
    1e-4 relative). Within tolerance: the flush is applied and reported as one Change per
    initializer group with the counts; beyond tolerance, or when the comparison cannot run, the
@@ -21,6 +26,7 @@ import numpy as np
 import onnx_ir as ir
 
 from fusionviz.passes.base import Category, Change, ChangeKind, Pass, ensure_unique_names
+from fusionviz.passes.guards import singular_path
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +52,16 @@ def flush_denormals(array: np.ndarray) -> np.ndarray:
     return out
 
 
+def guarded_singularity(value: ir.Value) -> str | None:
+    """Rule 3: why ``value`` must keep its exact value (the op it guards), or None."""
+    path = singular_path(value)
+    if not path:
+        return None
+    return f"'{value.name}' guards {path[-1].op_type} '{path[-1].name}'"
+
+
 def find_denormal_initializers(model: ir.Model) -> dict[str, tuple[np.ndarray, int]]:
-    """Initializer name -> (array, denormal count), for those with any (rule 1)."""
+    """Initializer name -> (array, denormal count), for those with any (rules 1 and 3)."""
     found: dict[str, tuple[np.ndarray, int]] = {}
     for name, value in model.graph.initializers.items():
         t = value.const_value
@@ -58,8 +72,13 @@ def find_denormal_initializers(model: ir.Model) -> dict[str, tuple[np.ndarray, i
         except Exception:  # noqa: BLE001 - unreadable tensors are skipped
             continue
         n = count_denormals(arr)
-        if n:
-            found[name] = (arr, n)
+        if not n:
+            continue
+        why = guarded_singularity(value)
+        if why:
+            logger.info("denormal_flush: %d denormal value(s) kept: %s", n, why)
+            continue
+        found[name] = (arr, n)
     return found
 
 
@@ -83,11 +102,15 @@ numerically invisible. Denormals can also arise in *activations*; for those, use
 "denormals as zero" setting (onnxruntime's `session.set_denormal_as_zero`, which sets the CPU's
 FTZ/DAZ flags).
 
+**Never flushed:** a value that guards a singularity, e.g. the epsilon in `log(x + ε)`,
+`y / (x + ε)` or `sqrt(var + ε)` (in an fp16 model, `1e-5` is a subnormal): zero there makes
+the output infinite exactly when `x` is 0.
+
 **Math:** `w' = 0 if |w| < 2⁻¹²⁶ else w` (fp32).
 """
 
     def apply(self, model: ir.Model) -> tuple[ir.Model, list[Change]]:
-        """Rule 3: the flush changes initializers, not nodes, so the Change is made here."""
+        """Rule 4: the flush changes initializers, not nodes, so the Change is made here."""
         ensure_unique_names(model)
         flushed, reason = flush_model(model)
         logger.info("denormal_flush: %s", reason)
@@ -111,7 +134,7 @@ FTZ/DAZ flags).
 
 
 def flush_model(model: ir.Model, *, rtol: float = 1e-4) -> tuple[dict[str, int], str]:
-    """Rules 1-3 in place: returns (initializer -> flushed count, one-sentence reason)."""
+    """Rules 1-4 in place: returns (initializer -> flushed count, one-sentence reason)."""
     found = find_denormal_initializers(model)
     if not found:  # rule 2
         return {}, "no denormal weights"

@@ -17,8 +17,9 @@ Rules that apply to every pass here:
    the Constant nodes that fed a Pad) are removed; unrelated dead code is left to the
    dead-node pass, so each toggle reports only its own changes.
 
-The helpers :func:`apply_rules`, :class:`Namer`, :func:`const_array` and
-:func:`per_channel` are shared by ``fuse_matmul`` and ``fuse_norm_act``.
+The helpers :func:`apply_rules`, :func:`const_array`, :func:`per_channel` and
+:func:`ensure_ms_import` are shared by ``fuse_matmul`` and ``fuse_norm_act`` (new weight names
+come from :class:`fusionviz.passes.hygiene.Namer`, unique across every graph of the model).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from onnxscript.rewriter import _ir_utils
 from onnxscript.rewriter import pattern as orp
 from onnxscript.rewriter.rules.common import _fuse_batchnorm, _fuse_conv_affine, _fuse_pad_into_conv
 
-from fusionviz.passes.base import Category, Pass
+from fusionviz.passes.base import Category, Pass, all_nodes
+from fusionviz.passes.hygiene import Namer, unique_value_names
 from fusionviz.passes.rulefilter import applicable_rules, apply_rule_set, model_ops
 
 logger = logging.getLogger(__name__)
@@ -42,27 +44,6 @@ MS_DOMAIN = "com.microsoft"
 _FLT_MAX = float(np.finfo(np.float32).max)
 
 # --------------------------------------------------------------------------- shared helpers
-
-
-class Namer:
-    """Hands out value/initializer names not used anywhere in the model (so rules never clobber)."""
-
-    def __init__(self, model: ir.Model) -> None:
-        taken: set[str] = set(model.graph.initializers.keys())
-        taken.update(v.name for v in model.graph.inputs if v.name)
-        for node in ir.traversal.RecursiveGraphIterator(model.graph):
-            taken.update(v.name for v in node.outputs if v.name)
-            taken.update(v.name for v in node.inputs if v is not None and v.name)
-        self._taken = taken
-
-    def __call__(self, base: str) -> str:
-        base = base or "fv"
-        name, i = base, 0
-        while name in self._taken:
-            i += 1
-            name = f"{base}_{i}"
-        self._taken.add(name)
-        return name
 
 
 def _used(value: ir.Value) -> bool:
@@ -85,6 +66,7 @@ def apply_rules(model: ir.Model, rules: Sequence[orp.RewriteRule], *, commute: b
         r.remove_nodes = True
     count = apply_rule_set(model, rule_list)
     if count:
+        unique_value_names(model)  # the rewriter names new values per graph, not per model
         for node in reversed(list(graph)):
             if id(node) in had_uses and not any(_used(v) for v in node.outputs):
                 graph.remove(node, safe=True)
@@ -481,7 +463,16 @@ class _ConvShift(_ConvAffineBase):
 
 
 class _GuardedAffineConv(_fuse_conv_affine.AffineConvFusion):
-    """onnxscript's ``Conv(x·s + t)`` (scalar s, t; no padding) with extra guards."""
+    """onnxscript's ``Conv(x·s + t)`` (scalar s, t; no padding) with extra guards.
+
+    The library's math, with new weights named by the model-wide :class:`Namer` (the library
+    names them ``<w>_scaled`` / ``<b>_offset``, and its rewriter overwrites an initializer that
+    already has that name), and the weight's dtype kept.
+    """
+
+    def __init__(self, namer: Namer) -> None:
+        super().__init__()
+        self._namer = namer
 
     def check(self, context, x, w, b, scale, offset, conv_out) -> orp.MatchResult:
         r = super().check(context, x, w, b, scale, offset, conv_out)
@@ -496,6 +487,16 @@ class _GuardedAffineConv(_fuse_conv_affine.AffineConvFusion):
         if _outside_uses(w, {conv}) or _outside_uses(b, {conv}):
             return r.fail("Conv weight or bias is shared with another node.")
         return r
+
+    def rewrite(self, op, x, w, b, scale, offset, conv_out):
+        w_np, b_np = const_array(w), const_array(b)
+        s = float(const_array(scale).reshape(()))
+        t = float(const_array(offset).reshape(()))
+        w2 = (w_np.astype(np.float64) * s).astype(w_np.dtype)
+        b2 = (b_np.astype(np.float64) + t * w_np.astype(np.float64).sum(axis=(1, 2, 3))).astype(b_np.dtype)
+        return op.Conv(x, op.initializer(ir.tensor(w2), name=self._namer(f"{w.name}_scaled")),
+                       op.initializer(ir.tensor(b2), name=self._namer(f"{b.name}_offset")),
+                       **conv_out.producer().attributes)
 
 
 class FuseConvAffine(Pass):
@@ -532,7 +533,7 @@ Conv output used elsewhere.
         # Mul→Add first (as one match), then a lone Mul or Div; then the input-side affine.
         apply_rules(model, [_ConvScaleShift.rule(namer)], commute=True)
         apply_rules(model, [_ConvScale.rule(namer, False), _ConvScale.rule(namer, True)], commute=True)
-        apply_rules(model, [_GuardedAffineConv.rule()])
+        apply_rules(model, [_GuardedAffineConv.rule(namer)])
 
 
 class FuseConvAddBias(Pass):
@@ -873,9 +874,14 @@ imports); other runtimes do not know FusedConv.
         if not any(n.op_type == "Conv" and n.domain == "" for n in model.graph):
             return
         apply_rules(model, [_ConvActivation.rule(a) for a in _FUSED_ACTIVATIONS])
-        if any(n.domain == MS_DOMAIN for n in model.graph):
-            model.opset_imports.setdefault(MS_DOMAIN, 1)
-            model.graph.opset_imports.setdefault(MS_DOMAIN, 1)
+        ensure_ms_import(model)
+
+
+def ensure_ms_import(model: ir.Model) -> None:
+    """Declare ``com.microsoft`` (version 1) when a node of any graph uses it."""
+    if any(n.domain == MS_DOMAIN for n in all_nodes(model)):
+        model.opset_imports.setdefault(MS_DOMAIN, 1)
+        model.graph.opset_imports.setdefault(MS_DOMAIN, 1)
 
 
 PASSES: list[type[Pass]] = [FoldBatchNorm, FuseConvAffine, FuseConvAddBias, FusePadIntoConv, FuseConvActivation]

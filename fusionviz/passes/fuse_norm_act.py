@@ -25,7 +25,12 @@ from onnxscript.rewriter.ort_fusions import gelu as _gelu
 from onnxscript.rewriter.rules.fusion import _layer_norm
 
 from fusionviz.passes.base import Category, Pass
-from fusionviz.passes.fuse_conv import MS_DOMAIN, apply_rules, infer_shapes_if_needed
+from fusionviz.passes.fuse_conv import (
+    MS_DOMAIN,
+    apply_rules,
+    ensure_ms_import,
+    infer_shapes_if_needed,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -181,9 +186,7 @@ intermediate that another node also uses.
                     node.attributes.add(ir.AttrString("approximate", "tanh"))
                 if node.op_type in ("Gelu", "FastGelu"):
                     node.op_type, node.domain = "Gelu", ""
-        if any(n.domain == MS_DOMAIN for n in model.graph):
-            model.opset_imports.setdefault(MS_DOMAIN, 1)
-            model.graph.opset_imports.setdefault(MS_DOMAIN, 1)
+        ensure_ms_import(model)
 
 
 # --------------------------------------------------------------------------- LayerNorm rules

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,6 +49,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from fusionviz.passes.base import Category, Pass
+from fusionviz.passes.hygiene import Namer
 
 logger = logging.getLogger(__name__)
 
@@ -123,12 +125,9 @@ def _ensure_ms(model: ir.Model) -> None:
         model.graph.opset_imports[MS] = 1
 
 
-def _init(model: ir.Model, name: str, array: np.ndarray) -> ir.Value:
-    """Register a new initializer with a unique name."""
-    base, i = name, 0
-    while name in model.graph.initializers:
-        i += 1
-        name = f"{base}_{i}"
+def _init(model: ir.Model, namer: Namer, name: str, array: np.ndarray) -> ir.Value:
+    """Register a new initializer with a name no graph of the model uses."""
+    name = namer(name)
     value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
     value.shape = ir.Shape(list(array.shape))
     value.type = ir.TensorType(ir.DataType.from_numpy(array.dtype))
@@ -144,13 +143,14 @@ def _cleanup(model: ir.Model, consumed: Sequence[ir.Value] = ()) -> None:
             del model.graph.initializers[v.name]
 
 
-def _replace(old: ir.Value, new: ir.Value) -> None:
-    """Rewire every use of ``old`` to ``new``; a graph output keeps its name."""
+def _replace(old: ir.Value, new: ir.Value, namer: Namer) -> None:
+    """Rewire every use of ``old`` to ``new`` (uses inside subgraphs included); a graph output
+    keeps its name."""
     was_output = old.is_graph_output()
     ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
     if was_output:
         name = old.name
-        old.name = f"{name}_replaced"
+        old.name = namer(f"{name}_replaced")
         new.name = name
 
 
@@ -420,7 +420,7 @@ def _raw_mask(mask: ir.Value) -> tuple[ir.Value, float] | None:
     return v, c
 
 
-def _bias_mask(mask: ir.Value, model: ir.Model, n_heads: int) -> ir.Value | None:
+def _bias_mask(mask: ir.Value, model: ir.Model, namer: Namer, n_heads: int) -> ir.Value | None:
     """A float mask of shape (B|1, 1|N, S|1, T) as Attention's attention_bias (expanded if needed)."""
     if mask.dtype not in (None, ir.DataType.FLOAT) or mask.shape is None or len(mask.shape) != 4:
         return None
@@ -431,12 +431,17 @@ def _bias_mask(mask: ir.Value, model: ir.Model, n_heads: int) -> ir.Value | None
         # (B, 1, 1, T): Attention wants (B, 1, S, T); S == T for self-attention.
         if not all(isinstance(d, int) for d in dims):
             return None
-        target = _init(model, f"{mask.name}_bias_shape", np.array([dims[0], dims[1], dims[3], dims[3]], np.int64))
+        target = _init(model, namer, f"{mask.name}_bias_shape",
+                       np.array([dims[0], dims[1], dims[3], dims[3]], np.int64))
         exp = ir.node("Expand", [mask, target], name="")
         _insert_early(model, exp, mask)
-        exp.outputs[0].name = f"{mask.name}_expanded"
+        exp.outputs[0].name = namer(f"{mask.name}_expanded")
         return exp.outputs[0]
     return mask
+
+
+#: an Attention output's name: ``<context>_attn``, or ``<context>_attn_<n>`` when that was taken
+_ATTN_NAME = re.compile(r"(.+)_attn(?:_\d+)?")
 
 
 class AttentionFusion(Pass):
@@ -473,11 +478,11 @@ Float32 only (the CPU kernel); tolerance 1e-3 relative (the kernel sums in a dif
         ``<context>_attn``); the shared mask Cast is new. Blocks that share one mask computation
         are thus credited per block instead of as one change."""
         out = node.outputs[0].name if node.outputs else ""
-        if node.op_type == "Attention" and out and out.endswith("_attn"):
-            return out[: -len("_attn")]
-        return None
+        m = _ATTN_NAME.fullmatch(out or "")
+        return m.group(1) if node.op_type == "Attention" and m else None
 
     def transform(self, model: ir.Model) -> None:
+        namer = Namer(model)
         opset = _opset(model)
         consumed: list[ir.Value] = []
         mask_cache: dict[int, ir.Value] = {}
@@ -498,12 +503,12 @@ Float32 only (the CPU kernel); tolerance 1e-3 relative (the kernel sums in a dif
                         if mask_input is None:
                             cast = ir.node("Cast", [src], {"to": ir.DataType.INT32}, name="")
                             _insert_early(model, cast, src)
-                            cast.outputs[0].name = f"{src.name}_int32"
+                            cast.outputs[0].name = namer(f"{src.name}_int32")
                             mask_input = mask_cache[id(src)] = cast.outputs[0]
                     else:
                         bias_input = mask_cache.get(id(m.mask))
                         if bias_input is None:
-                            bias_input = _bias_mask(m.mask, model, info["num_heads"])
+                            bias_input = _bias_mask(m.mask, model, namer, info["num_heads"])
                             if bias_input is not None:
                                 mask_cache[id(m.mask)] = bias_input
                         if bias_input is None:
@@ -518,8 +523,8 @@ Float32 only (the CPU kernel); tolerance 1e-3 relative (the kernel sums in a dif
                 [p.bias if p.bias is not None else np.zeros(p.w.shape[1], np.float32) for p in projs]
             ).astype(np.float32)
             stem = node.name or f"attn{fused}"
-            wv = _init(model, f"{stem}_qkv_weight", w)
-            bv = _init(model, f"{stem}_qkv_bias", b)
+            wv = _init(model, namer, f"{stem}_qkv_weight", w)
+            bv = _init(model, namer, f"{stem}_qkv_bias", b)
             attrs: dict = {"num_heads": info["num_heads"], "scale": float(m.scale)}
             if mask_input is not None:
                 attrs["mask_filter_value"] = float(filter_value)
@@ -529,10 +534,10 @@ Float32 only (the CPU kernel); tolerance 1e-3 relative (the kernel sums in a dif
             attn = ir.node("Attention", inputs, attrs, domain=MS, name="")
             out = info["out"]
             model.graph.insert_before(_latest(model, m.nodes), attn)
-            attn.outputs[0].name = f"{out.name}_attn"
+            attn.outputs[0].name = namer(f"{out.name}_attn")
             attn.outputs[0].shape = out.shape
             attn.outputs[0].type = out.type
-            _replace(out, attn.outputs[0])
+            _replace(out, attn.outputs[0], namer)
             for p in projs:
                 consumed.extend(p.weight_values)
             for n in reversed(_topo(model, m.nodes)):
@@ -620,6 +625,7 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
 """
 
     def transform(self, model: ir.Model) -> None:
+        namer = Namer(model)
         fused = 0
         for ln in list(model.graph):
             if ln.op_type != "LayerNormalization" or ln.domain != "" or ln.graph is None:
@@ -634,7 +640,9 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
                 continue
             gamma = ln.inputs[1]
             beta = ln.inputs[2] if len(ln.inputs) > 2 else None
-            if _const(gamma) is None or _const(gamma).ndim != 1 or (beta is not None and _const(beta) is None):
+            why = _skln_params(ln.inputs[0], gamma, beta)
+            if why is not None:
+                logger.info("skip_layernorm_fusion: %s not fused: %s", ln.name, why)
                 continue
             if not _dtype_ok(ln.inputs[0]):
                 continue
@@ -656,7 +664,8 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
                     continue
                 for i in (0, 1):
                     c = _const(badd.inputs[1 - i])
-                    if c is not None and c.ndim == 1 and _is_3d_same(badd.inputs[i], second) is None:
+                    if (c is not None and c.ndim == 1 and c.shape[0] == _hidden(gamma)
+                            and _is_3d_same(badd.inputs[i], second) is None):
                         bias = badd.inputs[1 - i]
                         a, b = badd.inputs[i], second
                         removed.append(badd)
@@ -678,33 +687,46 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
             )
             model.graph.insert_before(ln, skln)
             y = ln.outputs[0]
-            skln.outputs[0].name = f"{y.name}_skln"
+            skln.outputs[0].name = namer(f"{y.name}_skln")
             skln.outputs[0].shape, skln.outputs[0].type = y.shape, y.type
-            _replace(y, skln.outputs[0])
+            _replace(y, skln.outputs[0], namer)
             if sum_used:
                 s = add.outputs[0]
-                skln.outputs[3].name = f"{s.name}_sum"
+                skln.outputs[3].name = namer(f"{s.name}_sum")
                 skln.outputs[3].shape, skln.outputs[3].type = s.shape, s.type
                 for o in skln.outputs[1:3]:
-                    o.name = ""
-                _replace(s, skln.outputs[3])
+                    o.name = ""  # mean and inv_std_var are not requested: ONNX's empty name
+                _replace(s, skln.outputs[3], namer)
             for n in removed:
                 if all(not o.uses() and not o.is_graph_output() for o in n.outputs):
                     model.graph.remove(n, safe=True)
             fused += 1
         if fused:
             _ensure_ms(model)
-            _fix_empty_names(model)
 
 
-def _fix_empty_names(model: ir.Model) -> None:
-    """Unused optional outputs must be named "" in the proto; onnx-ir names them, so drop them."""
-    for node in model.graph:
-        if node.domain == MS and node.op_type == "SkipLayerNormalization" and len(node.outputs) == 4:
-            for i in (1, 2):
-                o = node.outputs[i]
-                if not o.uses() and not o.is_graph_output():
-                    o.name = f"{node.name}_unused{i}"
+def _hidden(gamma: ir.Value) -> int | None:
+    """The normalised size: the length of LayerNormalization's 1-D scale."""
+    c = _const(gamma)
+    return int(c.shape[0]) if c is not None and c.ndim == 1 else None
+
+
+def _skln_params(x: ir.Value, gamma: ir.Value, beta: ir.Value | None) -> str | None:
+    """Why SkipLayerNormalization cannot take this LayerNormalization's γ/β, or None.
+
+    The kernel wants both as constant 1-D vectors of the hidden size (LayerNormalization also
+    accepts other broadcastable shapes).
+    """
+    hidden = _hidden(gamma)
+    if hidden is None:
+        return "the scale is not a constant 1-D vector"
+    if beta is not None:
+        b = _const(beta)
+        if b is None or b.shape != (hidden,):
+            return "the bias is not a constant vector of the scale's length"
+    if x.shape is not None and len(x.shape) >= 1 and isinstance(x.shape[-1], int) and x.shape[-1] != hidden:
+        return f"the scale has {hidden} values for a last dim of {x.shape[-1]}"
+    return None
 
 
 # --------------------------------------------------------------------------- 3. bias gelu
@@ -789,6 +811,7 @@ unfused Erf form).
 """
 
     def transform(self, model: ir.Model) -> None:
+        namer = Namer(model)
         fused = 0
         for node in list(model.graph):
             if node.graph is None:
@@ -818,9 +841,9 @@ unfused Erf form).
             x, b, add = ba
             new = ir.node(kind, [x, b], domain=MS, name="")
             model.graph.insert_before(_latest(model, nodes), new)
-            new.outputs[0].name = f"{y.name}_{kind.lower()}"
+            new.outputs[0].name = namer(f"{y.name}_{kind.lower()}")
             new.outputs[0].shape, new.outputs[0].type = y.shape, y.type
-            _replace(y, new.outputs[0])
+            _replace(y, new.outputs[0], namer)
             for n in reversed(_topo(model, [add, *nodes])):
                 if all(not o.uses() and not o.is_graph_output() for o in n.outputs):
                     model.graph.remove(n, safe=True)
@@ -861,6 +884,7 @@ is set. Only single-use intermediates are absorbed, so nothing else sees a chang
 """
 
     def transform(self, model: ir.Model) -> None:
+        namer = Namer(model)
         fused = 0
         for mm in list(model.graph):
             if mm.op_type != "MatMul" or mm.domain != "" or mm.graph is None:
@@ -902,9 +926,9 @@ is set. Only single-use intermediates are absorbed, so nothing else sees a chang
                 continue
             new = ir.node("FusedMatMul", new_in, {"alpha": float(alpha), **trans}, domain=MS, name="")
             model.graph.insert_before(_latest(model, [mm, *removed]), new)
-            new.outputs[0].name = f"{final.name}_fmm"
+            new.outputs[0].name = namer(f"{final.name}_fmm")
             new.outputs[0].shape, new.outputs[0].type = final.shape, final.type
-            _replace(final, new.outputs[0])
+            _replace(final, new.outputs[0], namer)
             for n in reversed(_topo(model, [mm, *removed])):
                 if all(not o.uses() and not o.is_graph_output() for o in n.outputs):
                     model.graph.remove(n, safe=True)

@@ -19,6 +19,15 @@ Rules:
    why. Numerical equality is checked where it is for every pass: by the verification of the
    pipeline's result (``optimize``, the app, ``tune`` and ``bench`` all run it), which reports a
    difference instead of hiding it behind a pass that quietly declined.
+4. The capture must be a valid ONNX model: onnxruntime's fusions that write its internal ops
+   into the ONNX domain, where no ONNX opset has them (``SimplifiedLayerNormalization``) or
+   the model's opset does not (``LayerNormalization`` before opset 17), are switched off for
+   the capture (:func:`disabled_fusions`); a capture that still holds an ONNX-domain op the
+   model's opset lacks is not used.
+5. onnxruntime's saved graph is read like any tool's output
+   (:func:`fusionviz.passes.hygiene.from_tool`): its value_info dropped and inferred afresh,
+   value names unique, the IR version raised to 4 when its initializers are no longer graph
+   inputs (IR 3 models list every weight as an input; onnxruntime does not).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import onnx
 import onnx_ir as ir
 
 from fusionviz.passes.base import Category, Pass
+from fusionviz.passes.hygiene import from_tool
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +56,58 @@ def _has_conv(model: ir.Model) -> bool:
     return False
 
 
-def capture_ort_bytes(proto: onnx.ModelProto | bytes, level: str = "all") -> bytes:
+#: onnxruntime optimizer names (one fusion is registered per level; unknown names are ignored)
+#: -> (the op they write into the ONNX domain, first ONNX opset that has it; None: no opset)
+_ORT_INTERNAL_ONNX_OPS: dict[tuple[str, ...], tuple[str, int | None]] = {
+    ("SimplifiedLayerNormFusion",): ("SimplifiedLayerNormalization", None),
+    ("LayerNormFusionL1", "LayerNormFusionL2", "LayerNormFusion"): ("LayerNormalization", 17),
+}
+
+
+def disabled_fusions(opset: int) -> list[str]:
+    """Rule 4: onnxruntime fusions that would write an op the model's ONNX opset lacks."""
+    return [f for names, (_, since) in _ORT_INTERNAL_ONNX_OPS.items() if since is None or opset < since
+            for f in names]
+
+
+def foreign_onnx_ops(model: onnx.ModelProto) -> list[str]:
+    """Rule 4: ops in the ONNX domain that the model's ONNX opset does not define."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    ops = {n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")}
+    return sorted(op for op in ops if not onnx.defs.has(op, opset, ""))
+
+
+def drop_stray_inputs(captured: onnx.ModelProto, original: onnx.ModelProto) -> str | None:
+    """Rule 5: remove graph inputs onnxruntime left behind for weights it folded away.
+
+    An IR 3 model lists every weight as a graph input with an initializer of the same name;
+    onnxruntime treats them as constants, folds some, and saves the input without its
+    initializer, which would turn a folded weight into a new required input. Such inputs
+    are dropped when nothing reads them. Returns why the capture cannot be used, or None.
+    """
+    real = {v.name for v in original.graph.input} - {t.name for t in original.graph.initializer}
+    inits = {t.name for t in captured.graph.initializer}
+    stray = [v for v in captured.graph.input if v.name not in real and v.name not in inits]
+    if not stray:
+        return None
+    read = {i for n in captured.graph.node for i in n.input}
+    used = [v.name for v in stray if v.name in read]
+    if used:
+        return f"onnxruntime turned weight(s) {', '.join(used[:3])} into graph inputs"
+    keep = [v for v in captured.graph.input if v.name in real or v.name in inits]
+    del captured.graph.input[:]
+    captured.graph.input.extend(keep)
+    return None
+
+
+def capture_ort_bytes(proto: onnx.ModelProto | bytes, level: str = "all",
+                      disabled_optimizers: list[str] | None = None) -> bytes:
     """The graph onnxruntime builds at ``level`` on this CPU, as the bytes it saved.
+
+    Args:
+        proto: the model.
+        level: onnxruntime's optimization level.
+        disabled_optimizers: onnxruntime optimizers (by name) not to run.
 
     Raises:
         fusionviz.errors.RuntimeLoadError: onnxruntime cannot load the model.
@@ -68,8 +128,9 @@ def capture_ort_bytes(proto: onnx.ModelProto | bytes, level: str = "all") -> byt
         # The session is only built to save its graph: packing weights for the kernels
         # (prepacking) changes nothing in the saved graph and costs a third of the time.
         so.add_session_config_entry("session.disable_prepacking", "1")
+        extra = {"disabled_optimizers": list(disabled_optimizers)} if disabled_optimizers else {}
         try:
-            ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(data, so, providers=["CPUExecutionProvider"], **extra)
         except Exception as exc:  # noqa: BLE001 - ORT raises many types
             raise errors.RuntimeLoadError(f"onnxruntime cannot load the model: {' '.join(str(exc).split())[:200]}") from None
         with open(path, "rb") as f:
@@ -127,8 +188,9 @@ convolution sums are the same products, possibly in a different order (fp32 roun
 
         proto = ir.serde.serialize_model(model)
         data = proto.SerializeToString()  # once: capture and verification both load these bytes
+        opset = int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0)) or 0)
         try:
-            captured_bytes = capture_ort_bytes(data)
+            captured_bytes = capture_ort_bytes(data, disabled_optimizers=disabled_fusions(opset))
         except Exception as exc:  # noqa: BLE001 - a pass that does not apply never raises
             logger.info("nchwc_layout: capture failed: %s", exc)
             return None
@@ -137,14 +199,23 @@ convolution sums are the same products, possibly in a different order (fp32 roun
         if n_nchwc == 0:
             logger.info("nchwc_layout: onnxruntime chose no NCHWc kernels for this model on this CPU")
             return None
+        foreign = foreign_onnx_ops(captured)  # rule 4
+        if foreign:
+            logger.info("nchwc_layout: captured graph not used: onnxruntime wrote %s, which ONNX opset %d "
+                        "does not have", ", ".join(foreign), opset)
+            return None
         # Rule 3: the captured graph must load with ORT off.
         try:
             make_session(captured_bytes, level="off")
         except errors.FusionvizError as exc:
             logger.info("nchwc_layout: captured graph not used: %s", exc)
             return None
+        why = drop_stray_inputs(captured, proto)
+        if why:
+            logger.info("nchwc_layout: captured graph not used: %s", why)
+            return None
         captured.doc_string = proto.graph.doc_string or captured.doc_string
-        new = ir.serde.deserialize_model(captured)
+        new = from_tool(captured, proto)  # rule 5
         # onnxruntime keeps tensor and node names; carry over the model-level metadata.
         new.producer_name = model.producer_name
         new.producer_version = model.producer_version

@@ -79,3 +79,19 @@ def infer_shapes(model: ir.Model) -> bool:
             v.dtype = dtype
             modified = True
     return modified
+
+
+def strict_inference_error(model: ir.Model | onnx.ModelProto) -> str | None:
+    """Why strict shape inference (what ``onnx.checker``'s full check runs) rejects ``model``,
+    as one line, or None when it passes. The model is not changed."""
+    def run(proto: onnx.ModelProto) -> onnx.ModelProto:
+        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
+
+    try:
+        if isinstance(model, onnx.ModelProto):
+            run(model)
+        else:
+            _c_api_utils.call_onnx_api(run, model)
+    except Exception as exc:  # noqa: BLE001 - InferenceError, ValidationError, ...
+        return " ".join(str(exc).split())[:300]
+    return None

@@ -38,7 +38,14 @@ from onnxscript.rewriter._rewrite_rule import RewriteRuleClassBase
 from onnxscript.rewriter.rules import common as lib_rules
 
 from fusionviz.passes.base import Category, Change, ChangeKind, Pass, all_nodes
+from fusionviz.passes.hygiene import (
+    absent_outputs,
+    forget_negative_dims,
+    restore_absent_outputs,
+    unique_value_names,
+)
 from fusionviz.passes.rulefilter import applicable_rules, apply_rule_set, model_ops
+from fusionviz.passes.shapes import strict_inference_error
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +153,12 @@ class _Cleanup:
         return removed
 
 
+def _produced_in(v: ir.Value, graph: ir.Graph | ir.Function) -> bool:
+    """Whether a node of ``graph`` itself (not of an enclosing graph) produces ``v``."""
+    p = v.producer()
+    return p is not None and p.graph is graph
+
+
 def eliminate_identity(node: ir.Node) -> bool:
     """Remove ``y = Identity(x)``, following onnx-ir's numbered cases, plus one guard.
 
@@ -154,6 +167,12 @@ def eliminate_identity(node: ir.Node) -> bool:
     3. ``y`` is a graph output and ``x`` is a graph input or initializer: kept.
     4. (fusionviz) ``y`` and ``x`` are both graph outputs: kept. onnx-ir 1.1 removes the node
        and renames ``x``, which silently drops the graph output ``x``.
+    5. (fusionviz) ``y`` is an output of a subgraph (an If/Loop/Scan body) and ``x`` is not
+       produced inside that subgraph (it is captured from an enclosing graph): kept. A graph's
+       outputs must be produced in that graph, and renaming ``x`` would rename the outer value.
+
+    Uses of ``y`` inside subgraphs (a branch that captures ``y`` by name) are uses like any
+    other: case 1 rewires them too.
     """
     if not _is_onnx(node, "Identity") or len(node.inputs) != 1 or len(node.outputs) != 1:
         return False
@@ -162,6 +181,8 @@ def eliminate_identity(node: ir.Node) -> bool:
         return False
     if y.is_graph_output() and (x.is_graph_input() or x.is_initializer() or x.is_graph_output()):
         return False  # Cases 3 and 4
+    if y.is_graph_output() and not _produced_in(x, node.graph):
+        return False  # Case 5
     if x.shape is None:
         x.shape = y.shape
     if x.type is None:
@@ -190,6 +211,8 @@ def _apply_rules(model: ir.Model, rules: Sequence[orp.RewriteRule]) -> int:
         cleanup.prune(model)
         if not count:
             break
+    if total:
+        unique_value_names(model)  # the rewriter names new values per graph, not per model
     return total
 
 
@@ -622,11 +645,10 @@ def _cast_expand_rules() -> tuple[orp.RewriteRule, ...]:
 
 @functools.cache
 def _noop_rules() -> tuple[orp.RewriteRule, ...]:
+    # Not onnxscript's add_0 / sub_0 / mul_by_1 / div_by_1 rules: their pattern constants match
+    # within 1e-8 absolute, so ``x + 1e-10`` (the epsilon before a Log) counts as ``x + 0``.
+    # NeutralElement compares exactly.
     return tuple(_rules(
-        lib_rules.mul_by_1_rule.commute(),
-        lib_rules.add_0_rule.commute(),
-        lib_rules.sub_0_rule,
-        lib_rules.div_by_1_rule,
         _neutral_rules(),
         lib_rules.no_op_transpose_rule,
         lib_rules.no_op_cast_rule,
@@ -664,16 +686,28 @@ class _FoldOnlyConstants(FoldConstantsPass):
     ``CastLike(constant, x)`` becomes ``Cast(constant)`` (a constant) and is folded next round.
     """
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, *, specialize: bool = True) -> None:
         limit = max(budget, 1)
         super().__init__(shape_inference=True, input_size_limit=limit, output_size_limit=limit,
                          should_fold=self._should_fold)
         self.budget = budget
+        #: fold Ifs with a constant condition, re-infer symbolic dims and fold inside subgraphs
+        #: (see ConstantFolding); False: the main graph only, as its shapes were inferred
+        self.specialize = specialize
         self.used = 0
         self.skipped: list[str] = []
         #: a replacement added a node that is not a Constant (CastLike -> Cast): folding it
         #: needs another round. Otherwise one topological visit has reached the fixed point.
         self.made_nodes = False
+        self._model: ir.Model | None = None
+
+    def visit_attribute(self, attr: ir.Attr) -> None:
+        if self.specialize:
+            super().visit_attribute(attr)
+
+    def call(self, model: ir.Model):  # type: ignore[override]
+        self._model = model  # If folding checks names against every graph of the model
+        return super().call(model)
 
     def _should_fold(self, node: ir.Node) -> bool | None:
         if _is_onnx(node, "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"):
@@ -688,10 +722,13 @@ class _FoldOnlyConstants(FoldConstantsPass):
         return True
 
     def _do_inference(self, node: ir.Node) -> None:
-        # Per-node inference can only refine what is unknown: outputs whose type and static
-        # shape are already known (from the pipeline's whole-model inference) are left alone.
-        # This halves the pass on models that were shape-inferred before it.
-        if node.outputs and all(v.dtype is not None and v.shape is not None for v in node.outputs):
+        # Per-node inference can only refine what is unknown: outputs whose type and fully
+        # static shape are already known (from the pipeline's whole-model inference) are left
+        # alone. This halves the pass on models that were shape-inferred before it. A symbolic
+        # dim is not known: folding may have made it computable (inside subgraphs, which the
+        # whole-model inference saw before their inputs were constants).
+        known = _static_dims if self.specialize else (lambda shape: shape)
+        if node.outputs and all(v.dtype is not None and known(v.shape) is not None for v in node.outputs):
             return
         super()._do_inference(node)
 
@@ -704,6 +741,10 @@ class _FoldOnlyConstants(FoldConstantsPass):
     def _process_node(self, node: ir.Node, is_function: bool):
         if _is_onnx(node, "Identity"):
             return None  # identity_elimination's job
+        if _is_onnx(node, "If"):
+            # Never onnxscript's If rule: it empties the branch before the replacement is
+            # accepted, and renames captured outer values to the If's output names.
+            return None if is_function or not self.specialize else self._fold_if(node)
         replacement = super().process_node(node, is_function)
         if replacement is None:
             return None
@@ -718,6 +759,158 @@ class _FoldOnlyConstants(FoldConstantsPass):
                 and len(replacement.new_nodes) == 1 and replacement.new_nodes[0].op_type == "Cast"):
             return replacement
         return None
+
+
+    def _fold_if(self, node: ir.Node) -> Replacement | None:
+        branch, why = taken_branch(node)
+        if branch is None:
+            logger.debug("If %s kept: %s", node.name, why)
+            return None
+        self._reinfer(branch)
+        why = _inline_blocker(node, branch, self._opset_imports)
+        if why:
+            logger.info("constant_folding: If %s kept: %s", node.name, why)
+            return None
+        return _inline_branch(node, branch, _defined_name_counts(self._model))
+
+
+    def _reinfer(self, branch: ir.Graph) -> None:
+        """Infer the branch's value shapes afresh, in order (the folder visits an If before its
+        branches, so they still hold what inference said before anything was folded; merging
+        into those would keep a stale rank)."""
+        for n in branch:
+            if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in n.attributes.values()):
+                continue  # per-node inference does not see into subgraphs: keep what is known
+            for v in n.outputs:
+                v.shape = None
+            super()._do_inference(n)
+
+
+def taken_branch(node: ir.Node) -> tuple[ir.Graph | None, str]:
+    """The branch an If with a constant condition always takes, or (None, why there is none)."""
+    cond = _const(node.inputs[0]) if node.inputs else None
+    if cond is None or cond.size != 1:
+        return None, "the condition is not a constant scalar"
+    key = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+    attr = node.attributes.get(key)
+    if attr is None or attr.type is not ir.AttributeType.GRAPH:
+        return None, f"the If has no {key} graph"
+    return attr.as_graph(), ""
+
+
+def _inline_blocker(node: ir.Node, branch: ir.Graph, opsets: dict[str, int]) -> str | None:
+    """Why the taken branch of ``node`` cannot replace it, or None when it can."""
+    if node.graph is None:
+        return "the If is not in a graph"
+    if branch.inputs:
+        return "the branch declares inputs"
+    if len(branch.outputs) != len(node.outputs) or any(v is None for v in branch.outputs):
+        return "the branch's outputs do not match the If's"
+    for formal, actual in zip(branch.outputs, node.outputs, strict=True):
+        why = _type_conflict(formal, actual)
+        if why:
+            return f"branch output '{formal.name}' {why} (the branch is not what the If declares)"
+    opset = opsets.get("", opsets.get("ai.onnx", 0)) or 0
+    for formal in branch.outputs:
+        if not _owned_by(formal, branch) and not isinstance(formal.type, (ir.TensorType, type(None))) and opset < 16:
+            return f"branch output '{formal.name}' is a captured non-tensor value and Identity of it needs opset 16"
+    return None
+
+
+def _type_conflict(formal: ir.Value, actual: ir.Value) -> str | None:
+    """How the branch output ``formal`` contradicts the If output ``actual`` it would replace.
+
+    The If's declared type and shape are what its consumers were checked against; a branch that
+    makes something else (another rank, dtype or static size) would break them once inlined.
+    """
+    if formal.dtype is not None and actual.dtype is not None and formal.dtype != actual.dtype:
+        return f"has dtype {formal.dtype.name}, the If output {actual.dtype.name}"
+    a, b = formal.shape, actual.shape
+    if a is None or b is None:
+        return None
+    if len(a) != len(b):
+        return f"has rank {len(a)}, the If output rank {len(b)}"
+    for i, (x, y) in enumerate(zip(a.dims, b.dims, strict=True)):
+        if isinstance(x, int) and isinstance(y, int) and x != y:
+            return f"has size {x} in dim {i}, the If output {y}"
+    return None
+
+
+def _owned_by(v: ir.Value, branch: ir.Graph) -> bool:
+    """Whether ``v`` belongs to ``branch`` (made by one of its nodes, or one of its initializers)."""
+    p = v.producer()
+    if p is not None:
+        return p.graph is branch
+    return v.is_initializer() and branch.initializers.get(v.name or "") is v
+
+
+def _defined_name_counts(model: ir.Model) -> dict[str, int]:
+    """How many values of the whole model (every graph) are defined under each name."""
+    counts: dict[str, int] = {}
+    for g in model.graphs():
+        values = [*g.inputs, *g.initializers.values(), *(v for n in g for v in n.outputs)]
+        for v in values:
+            if v.name:
+                counts[v.name] = counts.get(v.name, 0) + 1
+    return counts
+
+
+def _fresh(name: str, counts: dict[str, int]) -> str:
+    i = 1
+    while f"{name}_{i}" in counts:
+        i += 1
+    new = f"{name}_{i}"
+    counts[new] = 1
+    return new
+
+
+def _inline_branch(node: ir.Node, branch: ir.Graph, counts: dict[str, int]) -> Replacement:
+    """Move the taken branch of ``node`` into its graph; the Replacement for the If's outputs.
+
+    1. The branch's nodes and initializers move to the If's graph; values they read from
+       enclosing graphs stay connected (same value objects).
+    2. A moved value whose name is defined elsewhere in the model (a sibling subgraph may reuse
+       names; the enclosing graph may not see them twice) gets a fresh name.
+    3. The If's outputs keep their names: a branch output made in the branch takes the output's
+       name; a captured outer value (or one the branch returns twice) is not renamed, an
+       ``Identity`` of it carries the name instead.
+    """
+    target = node.graph
+    assert target is not None
+    formals = list(branch.outputs)
+    moved = list(branch)
+    branch.outputs.clear()
+    branch.remove(moved, safe=False)
+    for name in list(branch.initializers):
+        init = branch.initializers.pop(name)
+        if counts.get(name, 0) > 1 or name in target.initializers:
+            init.name = _fresh(name, counts)
+        target.register_initializer(init)
+    for n in moved:
+        n.name = f"{node.name}_{n.name}" if n.name else n.name
+        for v in n.outputs:
+            if v.name and counts.get(v.name, 0) > 1:
+                v.name = _fresh(v.name, counts)
+    moved_ids = {id(n) for n in moved}
+    new_outputs: list[ir.Value] = []
+    extra: list[ir.Node] = []
+    claimed: set[int] = set()
+    for i, formal in enumerate(formals):
+        p = formal.producer()
+        owned = (p is not None and id(p) in moved_ids) or (p is None and target.initializers.get(formal.name or "") is formal)
+        if owned and id(formal) not in claimed:
+            claimed.add(id(formal))
+            new_outputs.append(formal)
+            # the Replacement copies the If output's type and shape onto the value: the branch's
+            # own are at least as precise (the If's merge both branches)
+            actual = node.outputs[i]
+            actual.type = formal.type if formal.type is not None else actual.type
+            actual.shape = formal.shape
+            continue
+        ident = ir.node("Identity", [formal], name=f"{node.name}_output_{i}")
+        extra.append(ident)
+        new_outputs.append(ident.outputs[0])
+    return Replacement(new_outputs, moved + extra)
 
 
 def _is_constant_value(v: ir.Value | None) -> bool:
@@ -790,31 +983,64 @@ overridable and so not constant) are taken out of the input list first, as onnxr
 smaller; and later passes need constants — BatchNorm can only be folded into a Conv whose
 weights are known numbers, not the output of `ConstantOfShape` or `CastLike`/`Expand` chains.
 
+**Control flow:** an `If` whose condition is a constant (often a shape test, once `--shape`
+fixed the input shapes) is replaced by the branch it always takes: the branch's nodes move
+into the enclosing graph, values it reads from outside stay connected, and the If's output
+names are kept (a branch that returns an outside value gets an `Identity` carrying the name).
+An If whose branch makes a value of another rank, size or dtype than the If declares is kept.
+When specializing leaves a branch that can never run with the given shapes failing shape
+inference (an 8 kHz path fed 16 kHz frames), the folding is redone on the main graph only.
+
 **Limits:** nodes with random outputs, quantize/dequantize (they carry the quantization) and
-control flow are never folded. Folding can *grow* a model (a `ConstantOfShape` becomes a full
+loops are never folded. Folding can *grow* a model (a `ConstantOfShape` becomes a full
 tensor), so one run creates at most `{FOLD_MAX_MB_ENV}` MB of new constant data (default
 {DEFAULT_FOLD_MAX_MB}); nodes past that budget stay as they are.
 Wraps `onnxscript.optimizer.FoldConstantsPass` (its Identity/Dropout/Cast/Expand shortcuts on
 run-time tensors are left to the passes of those names).
 """
 
-    def transform(self, model: ir.Model) -> None:
+    def transform(self, model: ir.Model) -> ir.Model | None:
         pinned = pin_initializer_inputs(model)
         if pinned:
             logger.info("constant_folding: %d initializers removed from the graph inputs", pinned)
-        cleanup = _Cleanup(model)
-        budget = fold_budget_bytes()
-        folder = _FoldOnlyConstants(budget)
-        for _ in range(_MAX_ROUNDS):
-            folder.made_nodes = False
-            result = folder(model)
-            if not result.modified or not folder.made_nodes:
-                break
-        LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
-        cleanup.prune(model)
-        if folder.skipped:
-            logger.info("constant_folding: %d nodes over the %d MB budget kept: %s", len(folder.skipped),
-                        budget // (1024 * 1024), ", ".join(folder.skipped[:10]))
+        forget_negative_dims(model)
+        if not any(_is_onnx(n, "If") for n in all_nodes(model)):
+            _fold(model, specialize=True)
+            return None
+        # Folding specializes control flow: an If with a constant condition becomes its branch,
+        # and the other branches' shapes become known. A branch that cannot run with the given
+        # input shapes (an 8 kHz path fed 16 kHz frames) then fails shape inference, which it
+        # passed while its shapes were unknown. Then fold again, the main graph only.
+        backup = ir.serde.serialize_model(model)
+        _fold(model, specialize=True)
+        why = strict_inference_error(model)
+        if why is None or strict_inference_error(backup) is not None:
+            return None  # valid, or the model failed inference before: specializing is not to blame
+        logger.info("constant_folding: folding control flow left a branch that fails shape inference (%s); "
+                    "folded the main graph only", why)
+        plain = ir.serde.deserialize_model(backup)
+        _fold(plain, specialize=False)
+        return plain
+
+
+def _fold(model: ir.Model, *, specialize: bool) -> None:
+    """The folding rounds, the lifting of Constant nodes, and the cleanup (rule 1), in place."""
+    cleanup = _Cleanup(model)
+    absent = absent_outputs(model)  # the folder's name fixing would name (request) them
+    budget = fold_budget_bytes()
+    folder = _FoldOnlyConstants(budget, specialize=specialize)
+    for _ in range(_MAX_ROUNDS):
+        folder.made_nodes = False
+        result = folder(model)
+        if not result.modified or not folder.made_nodes:
+            break
+    LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+    cleanup.prune(model)
+    restore_absent_outputs(absent)
+    unique_value_names(model)
+    if folder.skipped:
+        logger.info("constant_folding: %d nodes over the %d MB budget kept: %s", len(folder.skipped),
+                    budget // (1024 * 1024), ", ".join(folder.skipped[:10]))
 
 
 class CastExpandSimplify(Pass):
@@ -954,6 +1180,7 @@ exports of BERT-style models have one after every attention and feed-forward blo
                     mask_value.name = mask_name
                 eliminate_identity(ident)
         cleanup.prune(model)
+        unique_value_names(model)  # the mask nodes' values are named per graph by onnx-ir
 
 
 class NoOpElimination(Pass):
@@ -977,10 +1204,14 @@ tensor, so it is *not* a no-op and is kept; the same for dtypes (the result must
 **Why faster:** each of these is a full read and write of the tensor for nothing; they come
 from generic export code (e.g. `x * 1.0` scaling, `Reshape` to a computed shape).
 
-Wraps onnxscript rules `add_0_rule`, `sub_0_rule`, `mul_by_1_rule`, `div_by_1_rule`,
-`no_op_transpose_rule`, `no_op_cast_rule`, `no_op_expand_rule`, `collapse_slice_rule(2)`, plus
-fusionviz's `NeutralElement` (tensor constants, broadcast check), `ReshapeNoOp`, `PadNoOp`,
-`ConcatSingle`, `SliceNoOp`, `ExpandNoOp`.
+**Never a no-op:** a constant that is *almost* 0 or 1. `x + 1e-10` in front of a `Log`,
+a `Sqrt` or a division is an epsilon that keeps the result finite when `x` is 0; the constant
+must equal the neutral element exactly (onnxscript's `add_0_rule` family matches within 1e-8,
+so it is not used).
+
+Wraps onnxscript rules `no_op_transpose_rule`, `no_op_cast_rule`, `no_op_expand_rule`,
+`collapse_slice_rule(2)`, plus fusionviz's `NeutralElement` (exact, tensor constants,
+broadcast check), `ReshapeNoOp`, `PadNoOp`, `ConcatSingle`, `SliceNoOp`, `ExpandNoOp`.
 """
 
     def transform(self, model: ir.Model) -> None:
