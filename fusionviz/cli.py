@@ -22,6 +22,7 @@ COMMANDS = (
     "render",
     "bench",
     "tune",
+    "sweep",
 )
 
 
