@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,29 @@ def _load() -> float:
         return float("nan")
 
 
+def _tree_cpu(proc: subprocess.Popen, every_s: float = 0.5) -> float:
+    """Wait for ``proc``; return the CPU seconds of its whole process tree (the Ray workers are
+    grandchildren that the parent never reaps, so ``RUSAGE_CHILDREN`` misses them): each
+    process's last sampled user+system time, summed."""
+    import psutil
+
+    seen: dict[tuple[int, float], float] = {}
+    root = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            procs = []
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                seen[(p.pid, p.create_time())] = t.user + t.system
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(every_s)
+    return sum(seen.values())
+
+
 def run_once(models: list[str], passes: str, workers: int, out: Path, tmp: Path) -> dict:
     """One sweep through the CLI with a fresh store; returns its wall time and totals."""
     from fusionviz.sweep import read_results, totals
@@ -51,17 +73,19 @@ def run_once(models: list[str], passes: str, workers: int, out: Path, tmp: Path)
            "--out", str(out), "--db", str(db), "--no-progress"]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     load0 = _load()
-    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
-    wall = time.perf_counter() - t0
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=env, cwd=ROOT)
+        cpu = _tree_cpu(proc)
+        wall = time.perf_counter() - t0
+        out_f.seek(0)
+        err_f.seek(0)
+        stdout, stderr = out_f.read().decode(), err_f.read().decode()
     if proc.returncode != 0:
-        raise SystemExit(f"sweep with {workers} worker(s) failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+        raise SystemExit(f"sweep with {workers} worker(s) failed ({proc.returncode}): {stderr.strip()[-500:]}")
     rows = read_results(out)
     return {"workers": workers, "wall_s": wall, "cpu_s": cpu, "cores": cpu / wall, "cells": len(rows),
-            "totals": totals(rows), "load_before": load0, "load_after": _load(), "stdout": proc.stdout.strip()}
+            "totals": totals(rows), "load_before": load0, "load_after": _load(), "stdout": stdout.strip()}
 
 
 def main(argv: list[str] | None = None) -> int:

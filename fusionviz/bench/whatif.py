@@ -9,6 +9,17 @@
 3. A pass that changed nothing produces a model identical to its predecessor, so it is skipped
    (``skip_unchanged``): its delta is exactly zero by construction and measuring it only adds noise
    and time. Skipped pass names are in :attr:`WhatIf.skipped`.
+4. **Isolation**: every variant of one what-if shares the run's :class:`Settings` (the
+   onnxruntime level included), so a step differs from its neighbour only by passes. The level
+   is one fixed setting of the run (:meth:`WhatIf.title` names it); the onnxruntime levels are a
+   separate comparison (:func:`level_variants`, :func:`level_effects`). Reading results back
+   (:func:`cumulative_effects`, :func:`leave_one_out_effects`) refuses steps whose settings
+   differ.
+5. **Intervals**: an effect is the *paired ratio* of two variants: the median over interleaved
+   rounds of (round median of one / round median of the other), so a load change on the
+   machine hits both sides of each ratio. Its 95% interval is the distribution-free interval of
+   that median (:func:`fusionviz.bench.stats.median_ci`); an effect whose interval contains 1 is
+   *within noise*.
 """
 
 from __future__ import annotations
@@ -31,10 +42,57 @@ DEFAULT_SETTINGS = Settings()
 
 @dataclasses.dataclass(frozen=True)
 class WhatIf:
-    """Variants plus the passes that were left out because they changed nothing."""
+    """Variants plus the passes that were left out because they changed nothing.
+
+    Attributes:
+        variants: the variants to measure; all share ``settings`` (rule 4).
+        skipped: passes that changed nothing (rule 3).
+        settings: the one onnxruntime setting of the run.
+        kind: ``"cumulative"`` or ``"leave-one-out"``.
+    """
 
     variants: tuple[Variant, ...]
     skipped: tuple[str, ...]
+    settings: Settings = DEFAULT_SETTINGS
+    kind: str = "cumulative"
+
+    def __post_init__(self) -> None:
+        check_isolated(self.variants, self.settings)
+
+    def title(self) -> str:
+        """Chart title naming the fixed onnxruntime level (rule 4)."""
+        return run_title(self.kind, self.settings)
+
+
+def run_title(kind: str, settings: Settings) -> str:
+    """The title of a what-if chart: what it shows and the one onnxruntime setting of the run.
+
+    Args:
+        kind: ``"cumulative"`` or ``"leave-one-out"``.
+        settings: the settings every variant of the run shares.
+
+    Returns:
+        e.g. ``What each pass adds (every step at onnxruntime level 'off', 1 thread)``.
+    """
+    what = "What each pass adds" if kind == "cumulative" else "What the result loses without each pass"
+    return f"{what} (every step at onnxruntime level '{settings.level}', {_threads(settings)})"
+
+
+def _threads(settings: Settings) -> str:
+    return f"{settings.threads} thread{'s' if settings.threads != 1 else ''}"
+
+
+def check_isolated(variants: Sequence[Variant], settings: Settings | None = None) -> None:
+    """Rule 4: every variant has the same settings (``settings`` when given).
+
+    Raises:
+        ValueError: a variant's settings differ; the message names it.
+    """
+    want = settings if settings is not None else (variants[0].settings if variants else None)
+    for v in variants:
+        if v.settings != want:
+            raise ValueError(f"what-if variant '{v.label}' runs under {v.settings.describe()}, "
+                             f"not the run's {want.describe() if want else '-'}: steps may differ only by passes")
 
 
 def _suffix(settings: Settings, tag: bool) -> str:
@@ -58,7 +116,7 @@ def cumulative(model: onnx.ModelProto, passes: Sequence[str], settings: Settings
             continue
         done.append(rep.name)
         variants.append(Variant(f"+{rep.name}{sfx}", snap.model, settings, tuple(done)))
-    return WhatIf(tuple(variants), tuple(skipped))
+    return WhatIf(tuple(variants), tuple(skipped), settings, "cumulative")
 
 
 def cumulative_variants(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = DEFAULT_SETTINGS,
@@ -97,7 +155,7 @@ def leave_one_out(model: onnx.ModelProto, passes: Sequence[str], settings: Setti
         rest = [n for n in (active if skip_unchanged else names) if n != p]
         res = run_pipeline(model, rest, shapes=shapes, keep_snapshots=False)
         variants.append(Variant(f"-{p}{sfx}", res.final, settings, tuple(rest)))
-    return WhatIf(tuple(variants), tuple(skipped))
+    return WhatIf(tuple(variants), tuple(skipped), settings, "leave-one-out")
 
 
 def leave_one_out_variants(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = DEFAULT_SETTINGS,
@@ -228,3 +286,196 @@ def leave_one_out_table(results: Sequence[BenchResult]) -> list[dict]:
             row["static_sum_bytes_saved"] = a - b
         rows.append(row)
     return rows
+
+
+# --------------------------------------------------------------------------- effects with intervals
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+    """One bar of a what-if chart: a variant against its baseline as a paired ratio (rule 5).
+
+    Attributes:
+        label: the variant's label (``+fold_batchnorm``, ``-fuse_gelu``, ``original @ORT all``).
+        name: what the bar is about (the pass name, or the label for other comparisons).
+        baseline: the label of the variant it is compared with.
+        ratio: median over rounds of variant / baseline (below 1: faster); None when either
+            side failed or they share no round.
+        ci_low: lower end of the ratio's 95% interval.
+        ci_high: upper end of the ratio's 95% interval.
+        pairs: rounds the ratio is taken over.
+        median_ms: the variant's median latency.
+        baseline_ms: the baseline's median latency.
+        level: the onnxruntime level the variant ran under.
+        error: why there is no ratio, else None.
+    """
+
+    label: str
+    name: str
+    baseline: str
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    pairs: int
+    median_ms: float | None
+    baseline_ms: float | None
+    level: str
+    error: str | None = None
+
+    @property
+    def pct(self) -> float | None:
+        """The change in percent (negative: faster)."""
+        return None if self.ratio is None else 100.0 * (self.ratio - 1.0)
+
+    @property
+    def within_noise(self) -> bool:
+        """True when the 95% interval contains 1 (no change can be told apart from noise)."""
+        if self.ratio is None or self.ci_low is None or self.ci_high is None:
+            return False
+        return self.ci_low <= 1.0 <= self.ci_high
+
+    def describe(self) -> str:
+        """``-12.3% [-14.0%, -10.1%]``, ``+0.4% [-1.2%, +2.0%] within noise`` or the error."""
+        if self.ratio is None:
+            return self.error or "not measured"
+        text = (f"{_pct(self.pct)} [{_pct(100 * (self.ci_low - 1))}, {_pct(100 * (self.ci_high - 1))}]"
+                if self.ci_low is not None and self.ci_high is not None else _pct(self.pct))
+        return text + (" within noise" if self.within_noise else "")
+
+    def as_dict(self) -> dict:
+        """Plain data, with ``pct`` and ``within_noise``."""
+        d = dataclasses.asdict(self)
+        d["pct"] = self.pct
+        d["within_noise"] = self.within_noise
+        return d
+
+
+def _pct(x: float) -> str:
+    """``-4.3%``; two decimals near zero, so a bound just off 0 does not read as ``-0.0%``."""
+    return f"{x:+.2f}%" if 0 < abs(x) < 0.05 else f"{x:+.1f}%"
+
+
+def paired_ratio(result: BenchResult, baseline: BenchResult) -> tuple[float, float, float, int] | None:
+    """Rule 5: (ratio, ci_low, ci_high, pairs) of ``result`` against ``baseline``, or None.
+
+    Rounds are paired by index (both variants ran in every round of one interleaved run).
+    """
+    from fusionviz.bench.stats import median_ci
+
+    if result.stats is None or baseline.stats is None:
+        return None
+    ratios = sorted(a / b for a, b in zip(result.round_medians_ms, baseline.round_medians_ms, strict=False)
+                    if b > 0 and a > 0)
+    if not ratios:
+        if baseline.stats.median_ms <= 0:
+            return None
+        r = result.stats.median_ms / baseline.stats.median_ms
+        return r, r, r, 0
+    n = len(ratios)
+    mid = ratios[n // 2] if n % 2 else 0.5 * (ratios[n // 2 - 1] + ratios[n // 2])
+    lo, hi = median_ci(ratios)
+    return mid, min(lo, mid), max(hi, mid), n
+
+
+def effect(result: BenchResult, baseline: BenchResult, name: str | None = None) -> Effect:
+    """The :class:`Effect` of ``result`` against ``baseline``."""
+    got = paired_ratio(result, baseline)
+    error = None
+    if got is None:
+        error = result.error or baseline.error or "not measured"
+        got = (None, None, None, 0)
+    ratio, lo, hi, n = got
+    return Effect(result.label, name or result.label, baseline.label, ratio, lo, hi, n, _median(result),
+                  _median(baseline), result.settings.level, error)
+
+
+def _pass_of(label: str) -> str:
+    return label.split(" @")[0].lstrip("+-")
+
+
+def _same_run_settings(results: Sequence[BenchResult]) -> Settings:
+    """Rule 4 on results: the one Settings they share (ValueError naming the odd one)."""
+    want = results[0].settings
+    for r in results[1:]:
+        if r.settings != want:
+            raise ValueError(f"what-if step '{r.label}' ran under {r.settings.describe()}, not the run's "
+                             f"{want.describe()}: steps may differ only by passes")
+    return want
+
+
+def cumulative_results(results: Sequence[BenchResult]) -> list[BenchResult]:
+    """The results of one cumulative what-if among others: ``original`` then the ``+pass`` steps.
+
+    Other variants measured in the same run (references, onnxruntime levels, leave-one-out)
+    are left out, so a chart of the steps shows passes only.
+    """
+    base = [r for r in results if r.label.split(" @")[0] == ORIGINAL and not r.passes]
+    steps = [r for r in results if r.label.startswith("+")]
+    if not steps:
+        return []
+    level = steps[0].settings
+    # The baseline at the steps' setting; another one is kept so that rule 4 can refuse it.
+    base = [r for r in base if r.settings == level][:1] or base[:1]
+    return base + steps
+
+
+def leave_one_out_results(results: Sequence[BenchResult]) -> list[BenchResult]:
+    """The results of one leave-one-out what-if among others: ``all passes`` then ``-pass``."""
+    full = [r for r in results if r.label.split(" @")[0] == ALL]
+    rest = [r for r in results if r.label.startswith("-")]
+    return (full[:1] + rest) if full and rest else []
+
+
+def cumulative_effects(results: Sequence[BenchResult]) -> tuple[list[Effect], Settings | None]:
+    """Each ``+pass`` step against the step before it (rules 4 and 5).
+
+    Args:
+        results: benchmark results that hold a cumulative what-if (others are ignored).
+
+    Returns:
+        (effects, settings): one effect per step, and the one setting of the run (None when
+        there is no cumulative what-if among ``results``).
+
+    Raises:
+        ValueError: a step ran under other settings than the baseline.
+    """
+    chosen = cumulative_results(results)
+    if len(chosen) < 2:
+        return [], None
+    settings = _same_run_settings(chosen)
+    out = []
+    prev = chosen[0]
+    for r in chosen[1:]:
+        out.append(effect(r, prev, _pass_of(r.label)))
+        if r.stats is not None:
+            prev = r
+    return out, settings
+
+
+def leave_one_out_effects(results: Sequence[BenchResult]) -> tuple[list[Effect], Settings | None]:
+    """Each ``-pass`` variant against ``all passes`` (ratio above 1: the result is slower
+    without the pass, i.e. the pass helps).
+
+    Raises:
+        ValueError: a variant ran under other settings than ``all passes``.
+    """
+    chosen = leave_one_out_results(results)
+    if len(chosen) < 2:
+        return [], None
+    settings = _same_run_settings(chosen)
+    base = chosen[0]
+    return [effect(r, base, _pass_of(r.label)) for r in chosen[1:]], settings
+
+
+def level_effects(results: Sequence[BenchResult], baseline_label: str = ORIGINAL) -> list[Effect]:
+    """The onnxruntime levels as their own comparison: every ``<baseline_label> @...`` variant
+    (same model, another level) against ``baseline_label``.
+
+    Returns:
+        One effect per level variant (empty when the baseline is missing).
+    """
+    base = next((r for r in results if r.label == baseline_label), None)
+    if base is None:
+        return []
+    prefix = baseline_label + " @"
+    return [effect(r, base, r.label[len(prefix):].strip()) for r in results if r.label.startswith(prefix)]

@@ -13,9 +13,12 @@ Drawing rules (model_graph, collapse and dot hold theirs):
    consumer's label ("◂ ext_mask (hub ×24)"), because even ``constraint=false`` long edges cost
    the router seconds (measured: 1k nodes 11 s with unconstrained hub edges, 0.4 s without;
    93 collapsed boxes 5 s vs 0.05 s), and per-use stub nodes pushed the layout into a diagonal. Big pictures also bound the layout
-   work with ``nslimit``/``mclimit`` (DESIGN.md, "Graph layout").
+   work with ``nslimit``/``mclimit``, and very big ones are laid out by parts (``parts``).
 5. Edges from nodes that are not drawn (focus, changed-only, cap) start at a small "⋯" stub, so
    a cut is visible as a cut.
+6. More selected nodes than ``max_nodes``: with ``auto_collapse`` the name scopes are collapsed
+   into blocks (the note says so); what still does not fit is cut at the cap, and the note says
+   to focus a node.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import dataclasses
 import functools
 import logging
 import os
+import threading
 from collections.abc import Mapping
 
 import onnx
@@ -42,13 +46,19 @@ EDGE_LABEL_MAX = 500
 BIG_LAYOUT = 150
 #: At most this many "⋯" stubs (rule 5); the rest share one.
 MAX_STUBS = 120
+#: With an automatic collapse (rule 6), scopes are opened level by level up to this many items.
+AUTO_COLLAPSE_ITEMS = 1000
+
+
+#: Default cap on drawn items (``FUSIONVIZ_MAX_DRAW_NODES``).
+DEFAULT_MAX_DRAW = 4000
 
 
 def _default_max_nodes() -> int:
     try:
-        return max(1, int(os.environ.get("FUSIONVIZ_MAX_DRAW_NODES", "400")))
+        return max(1, int(os.environ.get("FUSIONVIZ_MAX_DRAW_NODES", str(DEFAULT_MAX_DRAW))))
     except ValueError:
-        return 400
+        return DEFAULT_MAX_DRAW
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +72,9 @@ class RenderOptions:
         hops: see ``focus``.
         changed_only: draw only nodes the diff marks, with ``context_hops`` of neighbours.
         context_hops: see ``changed_only``.
-        max_nodes: hard cap on drawn items [env FUSIONVIZ_MAX_DRAW_NODES, 400].
+        max_nodes: hard cap on drawn items [env FUSIONVIZ_MAX_DRAW_NODES, 4000].
+        auto_collapse: collapse name scopes when more than ``max_nodes`` nodes are selected
+            (rule 6).
         show_shapes: label edges with shape and dtype (small pictures only).
         rankdir: "TB" or "LR".
         legend: add a legend node to the DOT (the UI can draw ``Rendered.legend`` itself).
@@ -78,6 +90,7 @@ class RenderOptions:
     show_shapes: bool = True
     rankdir: str = "TB"
     legend: bool = True
+    auto_collapse: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +106,9 @@ class Rendered:
         scope_ids: SVG/DOT element id → scope path of a collapsed box (pass it in ``expanded``).
         legend: (title, fill, border) entries for a legend drawn by the UI.
         focus: the node key focused on, if any.
+        item_ids: node key -> element id of what stands for it in the drawing (its own box, or
+            the collapsed block it is in); only drawn nodes.
+        auto_collapsed: True when the scopes were collapsed because of the cap (rule 6).
     """
 
     dot: str
@@ -103,6 +119,8 @@ class Rendered:
     scope_ids: dict[str, str]
     legend: tuple[tuple[str, str, str], ...] = ()
     focus: str | None = None
+    item_ids: dict[str, str] = dataclasses.field(default_factory=dict)
+    auto_collapsed: bool = False
 
 
 def resolve_node(dg: DisplayGraph, name: str) -> str:
@@ -232,7 +250,7 @@ def render_graph(model: onnx.ModelProto, *, diff: GraphDiff | None = None, side:
         raise errors.RenderError("rankdir must be one of TB, LR, BT, RL.")
     if opts.max_nodes < 1 or opts.hops < 0 or opts.context_hops < 0:
         raise errors.RenderError("max_nodes must be at least 1 and hops at least 0.")
-    dg = build_display_graph(model, inferred=_inferred(model))
+    dg = _display_graph(model)
     status: Mapping[str, str] = {}
     if diff is not None:
         status = diff.status_after if side == "after" else diff.status_before
@@ -252,32 +270,57 @@ def render_graph(model: onnx.ModelProto, *, diff: GraphDiff | None = None, side:
             selected = set()
         else:
             selected = neighbourhood(dg, seeds, opts.context_hops, within=selected)
-    sel = select(dg, selected, collapse_enabled=opts.collapse, expanded=opts.expanded,
-                 max_nodes=opts.max_nodes, status=status if diff is not None else None)
+    collapse_on = opts.collapse
+    auto = False
+    if not collapse_on and opts.auto_collapse and len(selected) > opts.max_nodes:  # rule 6
+        collapse_on = auto = True
+    sel = select(dg, selected, collapse_enabled=collapse_on, expanded=opts.expanded,
+                 max_nodes=opts.max_nodes, status=status if diff is not None else None,
+                 auto_items=AUTO_COLLAPSE_ITEMS if auto else None)
     drawn = len(sel.items)
+    if auto:
+        notes.append(f"{len(selected):,} nodes are more than the {opts.max_nodes:,} drawn at once, so name "
+                     "scopes are collapsed into blocks: open a block, or focus a node, to see single nodes.")
     if sel.left_out:
         what = f"{len(selected):,} nodes" if len(selected) == total else f"{len(selected):,} of {total:,} nodes selected"
-        hint = "expand fewer scopes or focus" if opts.collapse else "collapse or focus"
+        hint = "expand fewer scopes or focus" if collapse_on else "collapse or focus"
         notes.append(f"{what}: showing {drawn:,}; {hint} to see the rest.")
-    dot, node_ids, scope_ids, legend = _write_dot(dg, sel, status if diff is not None else None, diff,
-                                                  side, opts, focus_key, notes)
+    dot, node_ids, scope_ids, legend, item_ids = _write_dot(dg, sel, status if diff is not None else None, diff,
+                                                            side, opts, focus_key, notes)
     return Rendered(dot=dot, drawn=drawn, total=total, note=" ".join(notes) or None,
-                    node_ids=node_ids, scope_ids=scope_ids, legend=legend, focus=focus_key)
+                    node_ids=node_ids, scope_ids=scope_ids, legend=legend, focus=focus_key,
+                    item_ids=item_ids, auto_collapsed=auto)
 
 
-# Shape inference is the slowest step on big models; the UI asks for the same snapshot often.
-_INFER_CACHE: list[tuple[int, int, onnx.ModelProto, onnx.ModelProto]] = []
+# Shape inference and the display graph are the slowest steps on big models (20,000 nodes:
+# seconds); the UI asks for the same snapshot often (focus, collapse, search), so both are kept
+# for the last few models. Entries: [model, its size, inferred copy, display graph or None].
+_INFER_CACHE: list[list] = []
+_CACHE_LOCK = threading.Lock()
+
+
+def _entry(model: onnx.ModelProto) -> list:
+    size = model.ByteSize()
+    with _CACHE_LOCK:
+        for entry in _INFER_CACHE:
+            if entry[0] is model and entry[1] == size:
+                return entry
+    entry = [model, size, infer(model), None]
+    with _CACHE_LOCK:
+        _INFER_CACHE.insert(0, entry)
+        del _INFER_CACHE[6:]
+    return entry
 
 
 def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
-    size = model.ByteSize()
-    for mid, msize, ref, inf in _INFER_CACHE:
-        if mid == id(model) and msize == size and ref is model:
-            return inf
-    inf = infer(model)
-    _INFER_CACHE.insert(0, (id(model), size, model, inf))
-    del _INFER_CACHE[4:]
-    return inf
+    return _entry(model)[2]
+
+
+def _display_graph(model: onnx.ModelProto) -> DisplayGraph:
+    entry = _entry(model)
+    if entry[3] is None:
+        entry[3] = build_display_graph(model, inferred=entry[2])
+    return entry[3]
 
 
 def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: GraphDiff | None,
@@ -286,6 +329,7 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
     out = D.graph_header(rankdir=opts.rankdir, big=drawn > BIG_LAYOUT)
     node_ids: dict[str, str] = {}
     scope_ids: dict[str, str] = {}
+    item_eid: dict[str, str] = {}
     dot_name: dict[str, str] = {}
     families: set[str] = set()
     statuses: set[str] = set()
@@ -308,18 +352,19 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
                 border, pen = "#1d4ed8", "3.5"
             eid = D.element_id(D.NODE_ID_PREFIX, n.key)
             node_ids[eid] = n.key
+            item_eid[item] = eid
             hubs = [t for t in n.inputs if t in dg.hubs]
             lines = _node_lines(n, st, diff, side, hubs, hub_counts)
             lines.extend((f"▸ {D.shorten(D.clean(t), 26)} (hub, {hub_counts[t]} uses)", "#6b7280", 9, False)
                          for t in n.outputs if t in dg.hubs)
             label = D.html_label(lines)
             out.append(f"  {name} " + D.attrs(id=eid, label=label, fillcolor=fill, color=border,
-                                                style=style, penwidth=pen,
-                                                tooltip=D.shorten(D.clean(n.name or n.key), 300)) + ";")
+                                                style=style, penwidth=pen) + ";")
         else:
             box = sel.boxes[item[2:]]
             eid = D.element_id(D.SCOPE_ID_PREFIX, box.key)
             scope_ids[eid] = box.key
+            item_eid[item] = eid
             lines: list[tuple[str, str | None, int | None, bool]] = [
                 ("▸ " + D.shorten(box.scope[-1], 36), None, 12, True),
                 (D.shorten(D.clean("/".join(box.scope[:-1])), 40), "#666666", 8, False) if len(box.scope) > 1
@@ -345,7 +390,7 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
             lines = [ln for ln in lines if ln[0]]
             out.append(f"  {name} " + D.attrs(id=eid, label=D.html_label(lines), shape="box3d",
                                                 style="filled", fillcolor=fill, color=border,
-                                                penwidth=pen, tooltip=D.shorten(D.clean(box.key), 300)) + ";")
+                                                penwidth=pen) + ";")
 
     labels_on = opts.show_shapes and drawn <= EDGE_LABEL_MAX
     edges: dict[tuple[str, str], list[str]] = {}
@@ -434,7 +479,8 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
                                            style="filled", fillcolor="white", color="white",
                                            fontsize="9") + ";")
     out.append("}")
-    return "\n".join(out) + "\n", node_ids, scope_ids, tuple(legend)
+    item_ids = {k: item_eid[it] for k, it in sel.item_of.items() if it in item_eid}
+    return "\n".join(out) + "\n", node_ids, scope_ids, tuple(legend), item_ids
 
 
 def _legend(families: set[str], statuses: set[str], with_diff: bool) -> list[tuple[str, str, str]]:

@@ -11,7 +11,10 @@ Rules (the code points back to them):
    own: ``/encoder`` above ``layer.0 .. layer.23``), tiny scopes (fewer than
    ``MIN_BOX_NODES`` nodes, a box would hide nothing), and scopes opened automatically: level by
    level from the top, a whole level is opened while the picture stays within
-   ``AUTO_OPEN_ITEMS`` items (so a 3,000-node encoder shows its layers, not one box).
+   ``AUTO_OPEN_ITEMS`` items (so a 3,000-node encoder shows its layers, not one box). A picture
+   of fewer than ``FEW_ITEMS`` items says nothing: its next level is opened anyway while the
+   picture stays within the cap (a model whose every node sits in one scope, ``p2o.*``, is
+   drawn node by node, not as one box).
 4. *Cap*: items (nodes and boxes) are taken in model order up to ``max_nodes``; the rest is left
    out and the caller says so.
 """
@@ -29,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 MIN_BOX_NODES = 3
 AUTO_OPEN_ITEMS = 200
+FEW_ITEMS = 4
 
 
 def scope_key(scope: tuple[str, ...]) -> str:
@@ -84,8 +88,13 @@ class Selection:
 
 def collapse(dg: DisplayGraph, selected: set[str], *, enabled: bool, expanded: Iterable[str] = (),
              status: Mapping[str, str] | None = None, auto_items: int = AUTO_OPEN_ITEMS,
-             ) -> tuple[list[str], dict[str, str], dict[str, Box]]:
-    """Rule 3: map every selected node to an item id; returns (items in model order, item_of, boxes)."""
+             max_items: int | None = None) -> tuple[list[str], dict[str, str], dict[str, Box]]:
+    """Rule 3: map every selected node to an item id; returns (items in model order, item_of, boxes).
+
+    ``max_items`` is the cap a picture of fewer than ``FEW_ITEMS`` items may be opened up to
+    (default ``auto_items``).
+    """
+    cap = auto_items if max_items is None else max(auto_items, max_items)
     nodes = [n for n in dg.nodes if n.key in selected]
     item_of: dict[str, str] = {}
     boxes: dict[str, Box] = {}
@@ -129,8 +138,10 @@ def collapse(dg: DisplayGraph, selected: set[str], *, enabled: bool, expanded: I
     while level:  # auto-open, level by level, while the picture stays small enough
         closed = [p for p in level if not is_open(p)]
         if closed:
+            few = count_items(()) < FEW_ITEMS
             open_scopes.update(closed)
-            if count_items(()) > auto_items:
+            n = count_items(())
+            if n > auto_items and not (few and n <= cap):
                 open_scopes.difference_update(closed)
                 break
         level = [(*p, c) for p in level for c in sorted(children.get(p, ()))]
@@ -160,10 +171,23 @@ def collapse(dg: DisplayGraph, selected: set[str], *, enabled: bool, expanded: I
 
 
 def select(dg: DisplayGraph, selected: set[str], *, collapse_enabled: bool, expanded: Iterable[str],
-           max_nodes: int, status: Mapping[str, str] | None = None) -> Selection:
-    """Rules 3-4: collapse the selected nodes, then cap the number of items."""
+           max_nodes: int, status: Mapping[str, str] | None = None, auto_items: int | None = None,
+           ) -> Selection:
+    """Rules 3-4: collapse the selected nodes, then cap the number of items.
+
+    Args:
+        dg: the display graph.
+        selected: node keys to draw.
+        collapse_enabled: collapse scopes into boxes (rule 3).
+        expanded: scopes kept open.
+        max_nodes: the cap (rule 4).
+        status: diff status per node, counted per box.
+        auto_items: scopes are opened automatically while the picture stays within this many
+            items (default ``AUTO_OPEN_ITEMS``); never more than ``max_nodes``.
+    """
+    auto = AUTO_OPEN_ITEMS if auto_items is None else auto_items
     items, item_of, boxes = collapse(dg, selected, enabled=collapse_enabled, expanded=expanded,
-                                     status=status, auto_items=min(AUTO_OPEN_ITEMS, max_nodes))
+                                     status=status, auto_items=min(auto, max_nodes), max_items=max_nodes)
     left_out = 0
     if len(items) > max_nodes:
         keep = set(items[:max_nodes])

@@ -28,7 +28,8 @@ def layers_for(total_nodes: int) -> int:
     return max(1, math.ceil((total_nodes - EXTRA_NODES) / NODES_PER_LAYER))
 
 
-def transformer_model(layers: int, *, hidden: int = 16, heads: int = 2, opset: int = 17) -> onnx.ModelProto:
+def transformer_model(layers: int, *, hidden: int = 16, heads: int = 2, opset: int = 17,
+                      scoped: bool = True) -> onnx.ModelProto:
     """A BERT-like encoder with ``layers`` layers (``NODES_PER_LAYER * layers + EXTRA_NODES`` nodes).
 
     Args:
@@ -36,6 +37,8 @@ def transformer_model(layers: int, *, hidden: int = 16, heads: int = 2, opset: i
         hidden: hidden size (kept tiny: the point is the graph, not the weights).
         heads: attention heads; must divide ``hidden``.
         opset: default-domain opset.
+        scoped: name nodes in the ``/encoder/layer.N/...`` style (name scopes); False gives flat
+            names (``encoder_layer_3_attention_self_MatMul``), as many converters write them.
 
     Returns:
         A checked ModelProto with inputs ``input_ids`` [batch, seq] (int64) and
@@ -54,6 +57,8 @@ def transformer_model(layers: int, *, hidden: int = 16, heads: int = 2, opset: i
         return init(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
 
     def node(op: str, ins: list[str], outs: list[str], name: str, **attrs) -> None:
+        if not scoped:
+            name = name.strip("/").replace("/", "_").replace(".", "_")
         nodes.append(helper.make_node(op, ins, outs, name=name, **attrs))
 
     # Shared constants (initializers, folded into labels by the graph view).

@@ -17,6 +17,8 @@ Rules:
    ``Max``, ``Sum``, ``Clip``: the epsilon is added to the tensor it guards).
 3. :func:`singular_path` returns the nodes of the first such path (the additive guard and the
    singular op included), or an empty list.
+4. fp16 cannot hold a non-zero magnitude below its smallest normal number (6.1e-05,
+   :func:`fp16_underflow`) faithfully, nor a finite one above 65504 (:func:`fp16_overflow`).
 """
 
 from __future__ import annotations
@@ -67,17 +69,23 @@ def singular_path(value: ir.Value) -> list[ir.Node]:
     return []
 
 
-def fp16_unsafe(array: np.ndarray) -> str | None:
-    """Why fp16 cannot hold ``array``'s values faithfully (None when it can).
-
-    Non-zero magnitudes below fp16's smallest normal (6.1e-05) become subnormals or zero;
-    finite magnitudes above 65504 become infinite (or are clamped, changing the value).
-    """
+def fp16_overflow(array: np.ndarray) -> str | None:
+    """Why fp16 cannot hold ``array``: a finite magnitude above 65504 (it becomes infinite, or
+    the converter clamps it and changes the value); None when it can."""
     if array.dtype.kind != "f" or array.size == 0:
         return None
     a = np.abs(array[np.isfinite(array)].astype(np.float64))
     if a.size and a.max() > FP16_MAX:
         return f"holds {a.max():.3g}, above fp16's largest finite number"
+    return None
+
+
+def fp16_underflow(array: np.ndarray) -> str | None:
+    """Why fp16 rounds ``array`` towards zero: a non-zero magnitude below fp16's smallest normal
+    (6.1e-05) becomes a subnormal or 0; None when none is that small."""
+    if array.dtype.kind != "f" or array.size == 0:
+        return None
+    a = np.abs(array[np.isfinite(array)].astype(np.float64))
     small = a[(a > 0) & (a < FP16_TINY)]
     if small.size:
         return f"holds {small.min():.3g}, below fp16's smallest normal number"

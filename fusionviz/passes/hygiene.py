@@ -22,6 +22,8 @@ thing a rewrite can leave behind (or inherit) that the ONNX checker or onnxrunti
    its own graph (an fp16 type kept for a weight the converter left fp32); types and shapes
    are inferred afresh instead, the graph's inputs and outputs keep the types and shapes the
    model declared, and rules 1, 3, 4 and 5 are applied.
+7. :func:`forget_contradicted_output_shapes`: a graph output's declared size that the graph
+   provably does not make becomes unknown (its element type and rank stay).
 """
 
 from __future__ import annotations
@@ -155,6 +157,52 @@ def sort_topologically(model: ir.Model) -> None:
     model.graph.sort()
     for f in model.functions.values():
         f.sort()
+
+
+def _dims(type_proto: onnx.TypeProto) -> list | None:
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim]
+
+
+def _contradicted(declared: list, inferred: list) -> list[int]:
+    """Indices of the static dims ``inferred`` proves wrong (same rank only)."""
+    if len(declared) != len(inferred):
+        return []
+    return [i for i, (a, b) in enumerate(zip(declared, inferred, strict=True))
+            if a is not None and b is not None and a != b]
+
+
+def forget_contradicted_output_shapes(model: ir.Model) -> list[str]:
+    """Rule 7 in place: a graph output's declared size that inference proves wrong becomes unknown.
+
+    Exporters sometimes declare a size the graph never makes (the example input's length baked
+    into a dynamic dim). The checker accepts it while the size cannot be computed; once a pass
+    makes it computable (constant folding turns the Reshape target into a constant), the
+    declaration contradicts the graph. Only sizes are forgotten: the rank is the interface
+    (the checker needs a shape on every graph output, and a rank the graph contradicts cannot
+    be repaired without changing it). Returns the names of the outputs changed.
+    """
+    proto = ir.serde.serialize_model(model)
+    for out in proto.graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # noqa: BLE001 - nothing inferred, nothing proven
+        return []
+    found = {o.name: _dims(o.type) for o in inferred.graph.output}
+    dropped = []
+    for v in model.graph.outputs:
+        got = found.get(v.name or "")
+        if v.shape is None or got is None:
+            continue
+        declared = [d if isinstance(d, int) else None for d in v.shape.dims]
+        wrong = _contradicted(declared, got)
+        if wrong:
+            v.shape = ir.Shape([None if i in wrong else d for i, d in enumerate(v.shape.dims)])
+            dropped.append(v.name or "")
+    return dropped
 
 
 def _drop_value_info(graph: onnx.GraphProto) -> None:

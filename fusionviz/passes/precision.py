@@ -30,6 +30,8 @@ Rules:
    keep their names and types.
 7. No process-wide state: the tools get absolute paths in a temporary folder (never a change
    of working directory: the app runs pipelines in several threads).
+8. int8: the nodes from an epsilon to the Log / divisor / root it guards are not quantized
+   (:func:`guard_nodes`): quantizing ``x + 1e-10`` rounds it to 0 where ``x`` is 0.
 """
 
 from __future__ import annotations
@@ -47,7 +49,13 @@ import onnx
 import onnx_ir as ir
 
 from fusionviz.passes.base import Category, Change, ChangeKind, Pass, ensure_unique_names
-from fusionviz.passes.guards import constant_array, constant_values, fp16_unsafe, singular_path
+from fusionviz.passes.guards import (
+    constant_array,
+    constant_values,
+    fp16_overflow,
+    fp16_underflow,
+    singular_path,
+)
 from fusionviz.passes.hygiene import from_tool
 
 logger = logging.getLogger(__name__)
@@ -57,8 +65,14 @@ FP16_BLOCK_LIST = (
     "ReduceSum", "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp", "LayerNormalization",
     "SkipLayerNormalization", "InstanceNormalization", "GroupNormalization", "BatchNormalization",
     "Attention", "MultiHeadAttention", "TopK", "NonMaxSuppression", "Range", "CumSum",
+    # quantization ops read and write float32 only (QuantizeLinear/DequantizeLinear before opset
+    # 19; DynamicQuantizeLinear always): an already quantized model keeps them as they are
+    "DynamicQuantizeLinear", "QuantizeLinear", "DequantizeLinear", "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul", "QAttention", "QGemm", "QLinearConv", "QLinearMatMul",
 )
 CALIBRATION_SAMPLES = 8
+#: constants this small on their way to a Log / divisor / root are epsilons (rule 8)
+EPSILON_MAX = 1e-3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,16 +150,35 @@ def fp32_nodes(model: ir.Model) -> dict[str, str]:
         nodes = list(graph)
         for v in constant_values(nodes, list(graph.initializers.values())):
             arr = constant_array(v)
-            why = fp16_unsafe(arr) if arr is not None else None
+            if arr is None:
+                continue
+            why, path = fp16_overflow(arr), [u.node for u in v.uses()]
+            if why is None:
+                why, path = fp16_underflow(arr), singular_path(v)
             if why is None:
                 continue
-            if "above" in why:
-                path = [u.node for u in v.uses()]
-            else:
-                path = singular_path(v)
             for node in path:
                 if node.name:
                     keep.setdefault(node.name, f"constant '{v.name}' {why}")
+    return keep
+
+
+def guard_nodes(model: ir.Model) -> dict[str, str]:
+    """Rule 8: node name -> why it is not quantized, for the path from an epsilon (a constant of
+    magnitude <= :data:`EPSILON_MAX`) to the Log / divisor / root it guards. int8 rounds the
+    guarded sum to the activation's quantization step, far coarser than the epsilon."""
+    keep: dict[str, str] = {}
+    for graph in model.graphs():
+        for v in constant_values(list(graph), list(graph.initializers.values())):
+            arr = constant_array(v)
+            if arr is None or arr.dtype.kind != "f" or arr.size == 0:
+                continue
+            a = np.abs(arr[np.isfinite(arr)])
+            if not a.size or not np.any((a > 0) & (a <= EPSILON_MAX)):
+                continue
+            for node in singular_path(v):
+                if node.name:
+                    keep.setdefault(node.name, f"'{v.name}' is an epsilon guarding it")
     return keep
 
 
@@ -245,15 +278,15 @@ def lift_constant_weights(model: onnx.ModelProto) -> int:
     return lifted
 
 
-def quantize_int8_dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Rule 2: onnxruntime dynamic quantization (int8 weights)."""
+def quantize_int8_dynamic(model: onnx.ModelProto, nodes_to_exclude: Iterable[str] = ()) -> onnx.ModelProto:
+    """Rule 2: onnxruntime dynamic quantization (int8 weights), ``nodes_to_exclude`` left float."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory(prefix="fusionviz-int8d-") as tmp:
         src, dst = os.path.join(tmp, "fp32.onnx"), os.path.join(tmp, "int8.onnx")
         onnx.save(model, src)
         with _quiet_tools():
-            quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8, nodes_to_exclude=list(nodes_to_exclude))
         return onnx.load(dst)
 
 
@@ -276,8 +309,10 @@ def calibration_feeds(model: onnx.ModelProto, n: int = CALIBRATION_SAMPLES,
 
 
 def quantize_int8_static(model: onnx.ModelProto,
-                         feeds: Sequence[Mapping[str, np.ndarray]] | None = None) -> onnx.ModelProto:
-    """Rule 3: QDQ static quantization calibrated on ``feeds`` (default: random inputs)."""
+                         feeds: Sequence[Mapping[str, np.ndarray]] | None = None,
+                         nodes_to_exclude: Iterable[str] = ()) -> onnx.ModelProto:
+    """Rule 3: QDQ static quantization calibrated on ``feeds`` (default: random inputs),
+    ``nodes_to_exclude`` left float."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -297,7 +332,8 @@ def quantize_int8_static(model: onnx.ModelProto,
         # folder; every path here is absolute, so the working directory is never changed.
         with _quiet_tools():
             quantize_static(src, dst, Reader(feeds), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                            nodes_to_exclude=list(nodes_to_exclude))
         return onnx.load(dst)
 
 
@@ -495,8 +531,11 @@ quantization costs a pass over each input, so it pays off most on large MatMuls 
 The error vs fp32 is reported, not verified.
 """
 
-    def convert(self, proto: onnx.ModelProto) -> onnx.ModelProto:
-        return quantize_int8_dynamic(proto)
+    def prepare(self, model: ir.Model) -> dict:
+        return {"nodes_to_exclude": sorted(guard_nodes(model))}
+
+    def convert(self, proto: onnx.ModelProto, nodes_to_exclude: Iterable[str] = ()) -> onnx.ModelProto:
+        return quantize_int8_dynamic(proto, nodes_to_exclude)
 
 
 class Int8Static(_PrecisionPass):
@@ -517,8 +556,11 @@ calibration inputs give ranges that may not match real data: the reported error 
 cosine, top-1) tells you; calibrate on real inputs for deployment.
 """
 
-    def convert(self, proto: onnx.ModelProto) -> onnx.ModelProto:
-        return quantize_int8_static(proto)
+    def prepare(self, model: ir.Model) -> dict:
+        return {"nodes_to_exclude": sorted(guard_nodes(model))}
+
+    def convert(self, proto: onnx.ModelProto, nodes_to_exclude: Iterable[str] = ()) -> onnx.ModelProto:
+        return quantize_int8_static(proto, nodes_to_exclude=nodes_to_exclude)
 
 
 PASSES: list[type[Pass]] = [Fp16, Int8Dynamic, Int8Static]

@@ -40,6 +40,7 @@ from onnxscript.rewriter.rules import common as lib_rules
 from fusionviz.passes.base import Category, Change, ChangeKind, Pass, all_nodes
 from fusionviz.passes.hygiene import (
     absent_outputs,
+    forget_contradicted_output_shapes,
     forget_negative_dims,
     restore_absent_outputs,
     unique_value_names,
@@ -760,8 +761,8 @@ class _FoldOnlyConstants(FoldConstantsPass):
             return replacement
         return None
 
-
     def _fold_if(self, node: ir.Node) -> Replacement | None:
+        """The Replacement of an If with a constant condition by its branch, or None (kept)."""
         branch, why = taken_branch(node)
         if branch is None:
             logger.debug("If %s kept: %s", node.name, why)
@@ -772,7 +773,6 @@ class _FoldOnlyConstants(FoldConstantsPass):
             logger.info("constant_folding: If %s kept: %s", node.name, why)
             return None
         return _inline_branch(node, branch, _defined_name_counts(self._model))
-
 
     def _reinfer(self, branch: ir.Graph) -> None:
         """Infer the branch's value shapes afresh, in order (the folder visits an If before its
@@ -991,6 +991,11 @@ An If whose branch makes a value of another rank, size or dtype than the If decl
 When specializing leaves a branch that can never run with the given shapes failing shape
 inference (an 8 kHz path fed 16 kHz frames), the folding is redone on the main graph only.
 
+**Declared shapes:** a graph output size the folded graph provably does not make (an
+example input's length baked into a dynamic dim) becomes unknown; a `-1` stored as a dimension
+(Paddle's "unknown") too. A declared *rank* the graph contradicts cannot be repaired without
+changing the model's interface: then the pass declines and changes nothing.
+
 **Limits:** nodes with random outputs, quantize/dequantize (they carry the quantization) and
 loops are never folded. Folding can *grow* a model (a `ConstantOfShape` becomes a full
 tensor), so one run creates at most `{FOLD_MAX_MB_ENV}` MB of new constant data (default
@@ -1004,23 +1009,42 @@ run-time tensors are left to the passes of those names).
         if pinned:
             logger.info("constant_folding: %d initializers removed from the graph inputs", pinned)
         forget_negative_dims(model)
-        if not any(_is_onnx(n, "If") for n in all_nodes(model)):
-            _fold(model, specialize=True)
-            return None
         # Folding specializes control flow: an If with a constant condition becomes its branch,
         # and the other branches' shapes become known. A branch that cannot run with the given
         # input shapes (an 8 kHz path fed 16 kHz frames) then fails shape inference, which it
         # passed while its shapes were unknown. Then fold again, the main graph only.
+        # A fold that still fails inference (a declared output rank the graph contradicts) is
+        # declined: the model is handed back as it came.
         backup = ir.serde.serialize_model(model)
         _fold(model, specialize=True)
-        why = strict_inference_error(model)
+        why = _settle(model)
         if why is None or strict_inference_error(backup) is not None:
-            return None  # valid, or the model failed inference before: specializing is not to blame
-        logger.info("constant_folding: folding control flow left a branch that fails shape inference (%s); "
-                    "folded the main graph only", why)
-        plain = ir.serde.deserialize_model(backup)
-        _fold(plain, specialize=False)
-        return plain
+            return None  # valid, or it failed inference before: folding is not to blame
+        if any(_is_onnx(n, "If") for n in backup.graph.node):
+            logger.info("constant_folding: folding control flow left a branch that fails shape inference "
+                        "(%s); folding the main graph only", why)
+            plain = ir.serde.deserialize_model(backup)
+            _fold(plain, specialize=False)
+            why = _settle(plain)
+            if why is None:
+                return plain
+        logger.info("constant_folding: declined, the folded model fails shape inference: %s", why)
+        return ir.serde.deserialize_model(backup)
+
+
+def _settle(model: ir.Model) -> str | None:
+    """Why the folded model fails strict shape inference, after forgetting declared output sizes
+    the folding proved wrong (:func:`fusionviz.passes.hygiene.forget_contradicted_output_shapes`);
+    None when it passes."""
+    why = strict_inference_error(model)
+    if why is None:
+        return None
+    dropped = forget_contradicted_output_shapes(model)
+    if not dropped:
+        return why
+    logger.info("constant_folding: the model declares sizes for output(s) %s that the graph does not make; "
+                "they are made unknown", ", ".join(dropped))
+    return strict_inference_error(model)
 
 
 def _fold(model: ir.Model, *, specialize: bool) -> None:

@@ -3,15 +3,27 @@
 The benchmark runs in a background thread of this server (the bench engine itself starts one
 worker process per variant and queues runs machine-wide). The page polls the job, so a click on
 *Cancel* reruns the page, sets the job's cancel event, and the engine stops its workers.
+
+Rules:
+
+1. The onnxruntime level is one setting of the run: the current selection, the original and
+   every per-pass what-if step run under it, so a what-if step differs from its neighbour
+   only by passes (:mod:`fusionviz.bench.whatif`). The chart titles name it.
+2. Comparisons across onnxruntime levels are their own variants: the reference (the original
+   under level 'all', on by default, what a user gets from onnxruntime alone) and, when asked,
+   the original under every level.
+3. Every comparison bar is a paired ratio with its 95% interval; a bar whose interval holds
+   1 is labelled *within noise*.
+4. The inputs are the Model page's (the same plan as verification).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -22,6 +34,8 @@ from fusionviz.ui import cache, common, state
 logger = logging.getLogger(__name__)
 
 LEVELS = ("off", "basic", "extended", "layout", "all")
+REFERENCE_LEVEL = "all"
+REFERENCE = f"original @ORT {REFERENCE_LEVEL}"
 
 
 @dataclasses.dataclass
@@ -48,6 +62,7 @@ class Plan:
 
     current: bool
     original: bool
+    reference: bool
     levels: bool
     references: bool
     cumulative: bool
@@ -60,8 +75,22 @@ class Plan:
     profile: bool
 
 
-def build_variants(plan: Plan, proto, passes: list[str], result, shapes: dict) -> tuple[list, dict]:
-    """Variants for ``plan``; returns (variants, notes) where notes explain anything left out."""
+def current_label(passes: list[str]) -> str:
+    """Label of the current selection's variant."""
+    return f"current ({len(passes)} pass{'es' if len(passes) != 1 else ''})"
+
+
+def reference_label(plan_level: str) -> str:
+    """The variant every other is compared with: the reference, or the original when the run
+    itself is at the reference level."""
+    return "original" if plan_level == REFERENCE_LEVEL else REFERENCE
+
+
+def build_variants(plan: Plan, proto: Any, passes: list[str], result: Any, shapes: dict) -> tuple[list, dict]:
+    """Variants for ``plan``; returns (variants, notes) where notes explain anything left out.
+
+    The per-pass what-if variants all share the run's settings (rule 1).
+    """
     from fusionviz.bench import Settings, Variant
 
     settings = Settings(level=plan.level, threads=plan.threads, provider=plan.provider,
@@ -75,10 +104,15 @@ def build_variants(plan: Plan, proto, passes: list[str], result, shapes: dict) -
             labels.add(v.label)
             variants.append(v)
 
+    if plan.current and passes:
+        add(Variant(current_label(passes), result.final, settings, tuple(passes)))
     if plan.original:
         add(Variant("original", result.original, settings, ()))
-    if plan.current and passes:
-        add(Variant(f"current ({len(passes)} passes)", result.final, settings, tuple(passes)))
+    if plan.reference:
+        if plan.level == REFERENCE_LEVEL and plan.original:
+            notes["reference"] = f"the original already runs under level '{REFERENCE_LEVEL}' in this run"
+        else:
+            add(Variant(REFERENCE, result.original, dataclasses.replace(settings, level=REFERENCE_LEVEL), ()))
     if plan.levels:
         for lv in LEVELS:
             if lv != plan.level:
@@ -111,7 +145,17 @@ def build_variants(plan: Plan, proto, passes: list[str], result, shapes: dict) -
     return variants, notes
 
 
-def _worker(job: BenchJob, plan: Plan, proto, passes, result, shapes) -> None:
+def bench_feeds(loaded: Any) -> dict | None:
+    """Rule 4: the inputs every variant is timed on: the user's data when given, else the plan's
+    ``normal`` set (the same inputs verification uses); None when there is no plan."""
+    plan = state.input_plan(loaded).plan
+    if plan is None:
+        return None
+    return plan.feeds("user" if plan.user_data else "normal")
+
+
+def _worker(job: BenchJob, plan: Plan, proto: Any, passes: list[str], result: Any, shapes: dict,
+            feeds: dict | None = None) -> None:
     from fusionviz.bench import BenchCancelled, run_benchmark
 
     def progress(fraction: float, msg: str) -> None:
@@ -126,7 +170,7 @@ def _worker(job: BenchJob, plan: Plan, proto, passes, result, shapes) -> None:
             job.error = "Choose at least one variant (and select passes for the per-pass ones)."
             return
         job.context["labels"] = [v.label for v in variants]
-        job.results = run_benchmark(variants, shapes=shapes or None, min_time_s=plan.min_time_s,
+        job.results = run_benchmark(variants, shapes=shapes or None, feeds=feeds, min_time_s=plan.min_time_s,
                                     profile=plan.profile, verify_against=result.original,
                                     progress=progress, cancel=job.cancel)
     except BenchCancelled:
@@ -138,7 +182,8 @@ def _worker(job: BenchJob, plan: Plan, proto, passes, result, shapes) -> None:
         job.error = "The benchmark failed unexpectedly; the details are in the server log."
 
 
-def _tune_worker(job: BenchJob, proto, shapes, budget_s: float, min_time_s: float) -> None:
+def _tune_worker(job: BenchJob, proto: Any, shapes: dict, budget_s: float, min_time_s: float,
+                 feeds: dict | None = None) -> None:
     from fusionviz import tune
 
     def progress(msg: str) -> None:
@@ -146,7 +191,7 @@ def _tune_worker(job: BenchJob, proto, shapes, budget_s: float, min_time_s: floa
         job.fraction = min(0.99, (time.monotonic() - job.started) / max(budget_s, 1.0))
 
     try:
-        job.results = tune.tune(proto, shapes=shapes or None, budget_s=budget_s, min_time_s=min_time_s,
+        job.results = tune.tune(proto, shapes=shapes or None, feeds=feeds, budget_s=budget_s, min_time_s=min_time_s,
                                 progress=progress)
     except errors.FusionvizError as exc:
         job.error = str(exc)
@@ -176,35 +221,48 @@ def _providers() -> list[str]:
 def _form(n_passes: int) -> Plan:
     st.markdown("**Variants**")
     c = st.columns(3)
-    current = c[0].checkbox(f"Current selection ({n_passes} pass{'es' if n_passes != 1 else ''})", **state.keep("bench_v_current", True))
+    current = c[0].checkbox(f"Current selection ({n_passes} pass{'es' if n_passes != 1 else ''})",
+                            **state.keep("bench_v_current", True))
     original = c[0].checkbox("Original", **state.keep("bench_v_original", True))
+    reference = c[0].checkbox(f"Reference: original under onnxruntime level '{REFERENCE_LEVEL}'",
+                              **state.keep("bench_v_reference", True),
+                              help="What onnxruntime's own optimizer gives with no fusionviz pass: the "
+                                   "table and charts compare every variant with it.")
     levels = c[1].checkbox("Original under every ORT level", **state.keep("bench_v_levels", False),
-                           help="off, basic, extended, layout, all: what onnxruntime's own optimizer gains.")
+                           help="off, basic, extended, layout, all: a separate comparison of onnxruntime's "
+                                "own levels.")
     refs = c[1].checkbox("Reference optimizers", **state.keep("bench_v_refs", False),
                          help="onnxslim, onnxsim, onnxscript's optimizer, ORT's saved graph: whole pipelines.")
     cum = c[2].checkbox("Per pass: cumulative", **state.keep("bench_v_cumulative", False),
                         help="original, +p1, +p1+p2, ...: what each pass adds given the ones before it.")
     loo = c[2].checkbox("Per pass: leave one out", **state.keep("bench_v_loo", False),
                         help="all passes, and all but p for each p: what the result loses without p.")
-    st.markdown("**Settings**")
+    st.markdown("**Settings of the run**")
     s = st.columns(5)
-    level = s[0].selectbox("ORT optimization level", LEVELS, **state.keep("bench_level", "off"),
-                           help="'off' (default) measures exactly what your passes do.")
+    level = s[0].selectbox("ORT optimization level", LEVELS, **state.keep(state.LEVEL_WIDGET, "off"),
+                           help="One setting for the whole run: the current selection, the original and every "
+                                "per-pass step run under it, so steps differ only by passes. 'off' (default) "
+                                "measures exactly what your passes do.")
     threads = s[1].number_input("Threads", min_value=1, max_value=64, step=1, **state.keep("bench_threads", 1))
     provs = _providers()
     provider = s[2].selectbox("Execution provider", provs, **state.keep("bench_provider", provs[0]))
     min_time = s[3].slider("Seconds per variant", 0.2, 10.0, step=0.2, **state.keep("bench_min_time", 1.0))
     denormal = s[4].checkbox("Denormals as zero", **state.keep("bench_denormal", False))
     profile = s[4].checkbox("Profile by op type", **state.keep("bench_profile", False))
-    return Plan(current, original, levels, refs, cum, loo, level, int(threads), provider, denormal,
+    return Plan(current, original, reference, levels, refs, cum, loo, level, int(threads), provider, denormal,
                 float(min_time), profile)
 
 
-def _start(plan: Plan, loaded, result) -> None:
+def _start(plan: Plan, loaded: Any, result: Any) -> None:
     job = BenchJob(cancel=threading.Event())
+    inputs = state.input_plan(loaded)
     job.context = {"model": loaded.name, "sha256": loaded.sha256, "passes": state.passes(),
-                   "plan": dataclasses.asdict(plan), "pipeline": result.as_dict()}
-    t = threading.Thread(target=_worker, args=(job, plan, loaded.proto, state.passes(), result, state.shapes()),
+                   "plan": dataclasses.asdict(plan), "pipeline": result.as_dict(),
+                   "settings": {"level": plan.level, "threads": int(plan.threads), "provider": plan.provider,
+                                "denormal_as_zero": plan.denormal, "seconds_per_variant": plan.min_time_s},
+                   "inputs": inputs.plan.describe_lines() if inputs.plan is not None else []}
+    t = threading.Thread(target=_worker, args=(job, plan, loaded.proto, state.passes(), result, state.shapes(),
+                                               bench_feeds(loaded)),
                          name="fusionviz-bench", daemon=True)
     job.thread = t
     st.session_state[state.BENCH_JOB] = job
@@ -231,17 +289,24 @@ def _poll(job: BenchJob) -> None:
     st.rerun()
 
 
-def results_table(results) -> pd.DataFrame:
-    """One row per variant: latency statistics, memory, verification, error."""
-    base = next((r.stats.median_ms for r in results if r.stats is not None), None)
+def results_table(results: list, level: str = "off") -> pd.DataFrame:
+    """One row per variant: latency statistics, the paired ratio to the reference, memory,
+    verification, error (rules 2 and 3)."""
+    from fusionviz.bench import whatif
+
+    ref_label = reference_label(level)
+    ref = next((r for r in results if r.label == ref_label and r.stats is not None), None)
     rows = []
     for r in results:
         st_ = r.stats
         v = r.verify or {}
+        vs_ref = None
+        if ref is not None and st_ is not None and r is not ref:
+            vs_ref = whatif.effect(r, ref).describe()
         rows.append({
             "variant": r.label,
             "median ms": round(st_.median_ms, 3) if st_ else None,
-            "vs first": f"{st_.median_ms / base:.2f}×" if st_ and base else None,
+            f"vs {ref_label}": vs_ref if r is not ref else ("reference" if ref is not None else None),
             "p10 ms": round(st_.p10_ms, 3) if st_ else None,
             "p90 ms": round(st_.p90_ms, 3) if st_ else None,
             "95% CI ms": f"{st_.ci_low_ms:.3f}–{st_.ci_high_ms:.3f}" if st_ else None,
@@ -258,51 +323,106 @@ def results_table(results) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def markdown_report(results, context: dict) -> str:
-    """A Markdown report of a benchmark run (model, passes, settings, one row per variant)."""
-    try:
-        from fusionviz import report
+def effect_chart(effects: list, title: str, axis: str, *, better: str = "lower") -> Any:
+    """Horizontal bars of paired-ratio changes in percent with their 95% intervals (rule 3).
 
-        return report.markdown(results, context)
-    except (ImportError, AttributeError, TypeError):
-        pass
-    df = results_table(results)
-    lines = [f"# fusionviz benchmark: {context.get('model', '')}", "",
-             f"- sha256: `{context.get('sha256', '')}`",
-             f"- passes: {', '.join(context.get('passes', [])) or '(none)'}", ""]
-    cols = ["variant", "median ms", "vs first", "p10 ms", "p90 ms", "95% CI ms", "runs", "stable",
-            "peak RSS MB", "static peak", "verify", "settings", "error"]
-    lines.append("| " + " | ".join(cols) + " |")
-    lines.append("|" + "---|" * len(cols))
-    for _, row in df.iterrows():
-        lines.append("| " + " | ".join("" if pd.isna(row[c]) else str(row[c]).replace("|", "/") for c in cols) + " |")
-    return "\n".join(lines) + "\n"
+    Args:
+        effects: :class:`fusionviz.bench.whatif.Effect` records.
+        title: the chart title (names the run's onnxruntime level).
+        axis: the x axis title.
+        better: ``"lower"`` when a negative change is good (faster), ``"higher"`` otherwise.
+
+    Returns:
+        A plotly figure; bars within noise are grey and say so in their label.
+    """
+    import plotly.graph_objects as go
+
+    names, pct, plus, minus, colors, text = [], [], [], [], [], []
+    for e in effects:
+        names.append(e.name)
+        p = e.pct or 0.0
+        pct.append(p)
+        lo = 100 * (e.ci_low - 1) if e.ci_low is not None else p
+        hi = 100 * (e.ci_high - 1) if e.ci_high is not None else p
+        plus.append(max(hi - p, 0.0))
+        minus.append(max(p - lo, 0.0))
+        good = (p < 0) if better == "lower" else (p > 0)
+        colors.append("#9e9e9e" if e.ratio is None or e.within_noise else ("#2e9d4f" if good else "#d64545"))
+        text.append(e.describe())
+    fig = go.Figure(go.Bar(y=names, x=pct, orientation="h", marker_color=colors, hovertext=text,
+                           hoverinfo="y+text",
+                           error_x={"type": "data", "symmetric": False, "array": plus, "arrayminus": minus,
+                                    "color": "#444", "thickness": 1.2}))
+    # Each bar's figure and interval in a column right of the plot, clear of the error bars.
+    for name, label, color in zip(names, text, colors, strict=True):
+        fig.add_annotation(x=1.01, xref="paper", y=name, yref="y", xanchor="left", showarrow=False,
+                           text=label, font={"color": "#666" if color == "#9e9e9e" else "#222", "size": 12})
+    span = max([abs(p) + max(a, b) for p, a, b in zip(pct, plus, minus, strict=True)] or [1.0])
+    fig.update_layout(title=title, xaxis_title=axis, height=150 + 40 * max(len(effects), 1),
+                      margin={"l": 10, "r": 250, "t": 60, "b": 50}, showlegend=False)
+    fig.update_xaxes(range=[-1.15 * span, 1.15 * span], zeroline=True, zerolinewidth=2, zerolinecolor="#333")
+    fig.update_yaxes(autorange="reversed")
+    return fig
 
 
-def _charts(results, context) -> None:
+def _per_pass(ok: list) -> None:
+    """Rule 1 and 3: the cumulative and leave-one-out effects, each at the run's one level."""
+    from fusionviz.bench import whatif
+
+    cum, cum_settings = whatif.cumulative_effects(ok)
+    if cum:
+        st.plotly_chart(effect_chart(cum, whatif.run_title("cumulative", cum_settings),
+                                     "latency change vs the step before (%, 95% interval of the paired ratio)"),
+                        width="stretch", key="chart_waterfall")
+        steps = whatif.cumulative_steps(whatif.cumulative_results(ok))
+        st.dataframe(pd.DataFrame([{
+            "step": s["label"], "median ms": s["median_ms"], "Δ ms": s["delta_ms"],
+            "Δ static intermediates": common.fmt_bytes(s["delta_static_sum_bytes"])
+            if s["delta_static_sum_bytes"] is not None else None,
+        } for s in steps]), hide_index=True, width="stretch")
+    else:
+        st.caption("Tick 'Per pass: cumulative' and run again to see what each pass adds.")
+    loo, loo_settings = whatif.leave_one_out_effects(ok)
+    if loo:
+        st.plotly_chart(effect_chart(loo, whatif.run_title("leave-one-out", loo_settings),
+                                     "latency without the pass vs all passes (%; above 0: the pass helps)",
+                                     better="higher"), width="stretch", key="chart_loo")
+
+
+def _levels(ok: list, level: str) -> None:
+    """Rule 2: onnxruntime's levels as their own comparison, against the original at the run's level."""
+    from fusionviz.bench import whatif
+
+    eff = whatif.level_effects(ok, "original")
+    if not eff:
+        st.caption("Tick 'Original' with the reference or 'Original under every ORT level' to compare "
+                   "onnxruntime's own levels.")
+        return
+    st.plotly_chart(effect_chart(eff, f"The original under other onnxruntime levels, vs the original at "
+                                      f"level '{level}'", "latency change (%, 95% interval of the paired ratio)"),
+                    width="stretch", key="chart_levels")
+
+
+def _charts(results: list, context: dict) -> None:
     from fusionviz import charts
 
     ok = [r for r in results if r.stats is not None]
     if not ok:
         return
-    tabs = st.tabs(["Latency", "Memory", "Per pass", "Where time goes", "Speed vs error", "Tensor lifetimes"])
+    level = (context.get("settings") or {}).get("level", "off")
+    tabs = st.tabs(["Latency", "Per pass", "ORT levels", "Memory", "Where time goes", "Speed vs error",
+                    "Tensor lifetimes"])
     with tabs[0], common.guard("drawing the latency chart"):
-        st.plotly_chart(charts.latency_box(ok), width="stretch", key="chart_latency")
-    with tabs[1], common.guard("drawing the memory chart"):
+        st.plotly_chart(charts.latency_box(ok, title=f"Latency per variant (run at onnxruntime level '{level}'; "
+                                                     "ORT-level variants as labelled)"),
+                        width="stretch", key="chart_latency")
+    with tabs[1], common.guard("drawing the per-pass chart"):
+        _per_pass(ok)
+    with tabs[2], common.guard("drawing the levels chart"):
+        _levels(ok, level)
+    with tabs[3], common.guard("drawing the memory chart"):
         st.plotly_chart(charts.memory_bars(ok), width="stretch", key="chart_memory")
-    with tabs[2], common.guard("drawing the per-pass chart"):
-        from fusionviz.bench import whatif
-
-        labels = [r.label for r in ok]
-        if any(lbl.startswith("+") for lbl in labels):
-            steps = whatif.cumulative_steps(ok)
-            st.plotly_chart(charts.waterfall(steps), width="stretch", key="chart_waterfall")
-        else:
-            st.caption("Tick 'Per pass: cumulative' and run again to see what each pass adds.")
-        if any(lbl.startswith("-") for lbl in labels):
-            st.markdown("**Leave one out**: what the result loses without each pass")
-            st.dataframe(pd.DataFrame(whatif.leave_one_out_table(ok)), hide_index=True, width="stretch")
-    with tabs[3], common.guard("drawing the profile chart"):
+    with tabs[4], common.guard("drawing the profile chart"):
         prof = [r for r in ok if r.profile]
         if len(prof) >= 2:
             a, b = prof[0], prof[-1]
@@ -310,11 +430,11 @@ def _charts(results, context) -> None:
                             width="stretch", key="chart_optype")
         else:
             st.caption("Tick 'Profile by op type' and run at least two variants to see where time goes.")
-    with tabs[4], common.guard("drawing the speed-vs-error chart"):
+    with tabs[5], common.guard("drawing the speed-vs-error chart"):
         pts = [{"label": r.label, "median_ms": r.stats.median_ms,
                 "max_rel_diff": (r.verify or {}).get("max_rel_diff")} for r in ok]
         st.plotly_chart(charts.speed_vs_error(pts), width="stretch", key="chart_speed_error")
-    with tabs[5], common.guard("drawing the tensor lifetimes"):
+    with tabs[6], common.guard("drawing the tensor lifetimes"):
         loaded = state.model()
         result = common.current_pipeline(progress=False)
         key = (*common.pipeline_key(loaded, state.passes()), len(result.snapshots) - 1)
@@ -324,31 +444,14 @@ def _charts(results, context) -> None:
         st.plotly_chart(charts.lifetime_gantt(plan), width="stretch", key="chart_gantt")
 
 
-def _downloads(results, context) -> None:
-    loaded = state.model()
-    payload = {"model": context.get("model"), "sha256": context.get("sha256"),
-               "passes": context.get("passes"), "plan": context.get("plan"),
-               "pipeline": context.get("pipeline"), "notes": context.get("notes"),
-               "variants": [r.as_dict() for r in results]}
-    c = st.columns(3)
-    c[0].download_button("JSON report", json.dumps(payload, indent=2, default=str),
-                         file_name="fusionviz-bench.json", mime="application/json", key="dl_json", icon=":material/download:",
-                         width="stretch")
-    c[1].download_button("Markdown report", markdown_report(results, context),
-                         file_name="fusionviz-bench.md", mime="text/markdown", key="dl_md", icon=":material/download:",
-                         width="stretch")
-    _download_model(c[2], loaded)
-
-
-def _download_model(col, loaded) -> None:
+def _downloads(loaded: Any, bench: dict | None) -> None:
+    """The optimized model and the report, as on the Passes page."""
+    st.subheader("Export")
     result = common.current_pipeline(progress=False)
-    stem = loaded.name.rsplit(".", 1)[0]
-    col.download_button("Optimized model (.onnx)", result.final.SerializeToString(),
-                        file_name=f"{stem}.fusionviz.onnx", mime="application/octet-stream",
-                        key="dl_model", icon=":material/download:", width="stretch")
+    common.exports(loaded, result, common.verification(loaded, result), bench)
 
 
-def _apply_tune(res) -> None:
+def _apply_tune(res: Any) -> None:
     state.set_passes(list(res.best.passes))
     st.session_state.setdefault(state.WIDGETS, {})["bench_level"] = res.best.level
     st.session_state.setdefault(state.WIDGETS, {})["bench_denormal"] = bool(res.best.denormal_as_zero)
@@ -356,7 +459,7 @@ def _apply_tune(res) -> None:
                                        f"benchmark level set to '{res.best.level}'.")
 
 
-def _tune(loaded, busy: bool) -> None:
+def _tune(loaded: Any, busy: bool) -> None:
     try:
         from fusionviz import tune  # noqa: F401
     except ImportError:
@@ -372,7 +475,8 @@ def _tune(loaded, busy: bool) -> None:
             job = BenchJob(cancel=threading.Event(), kind="tune")
             job.context = {"sha256": loaded.sha256}
             job.thread = threading.Thread(target=_tune_worker, args=(job, loaded.proto, state.shapes(),
-                                                                      float(budget), float(per)),
+                                                                      float(budget), float(per),
+                                                                      bench_feeds(loaded)),
                                           name="fusionviz-tune", daemon=True)
             st.session_state[state.BENCH_JOB] = job
             job.thread.start()
@@ -395,6 +499,16 @@ def _tune(loaded, busy: bool) -> None:
                   icon=":material/done_all:")
 
 
+def _inputs_caption(loaded: Any) -> None:
+    """Rule 4: say which inputs every variant is fed (set on the Model page)."""
+    inputs = state.input_plan(loaded)
+    if inputs.error:
+        st.warning(f"Inputs: {inputs.error}")
+    if inputs.plan is not None:
+        st.caption("Inputs (set on the Model page): " + "; ".join(
+            f"`{c.name}` {c.dtype}[{','.join(map(str, c.dims))}]" for c in inputs.plan.choices))
+
+
 def body() -> None:
     """The Benchmark page."""
     loaded = common.require_model()
@@ -402,6 +516,7 @@ def body() -> None:
     st.caption("Each variant runs in its own worker process; variants are interleaved in rounds so "
                "machine drift hits all alike; warm-up runs are discarded.")
     result = common.current_pipeline()
+    _inputs_caption(loaded)
     job = st.session_state.get(state.BENCH_JOB)
     plan = _form(len(state.passes()))
     if job is not None and (job.alive() or job.results is not None or job.error):
@@ -423,13 +538,16 @@ def body() -> None:
             st.caption(f"{k}: {note}")
         for r in results:
             if r.error:
-                st.warning(f"{r.label}: {r.error}")
+                st.warning(f"{r.label}: {state.scrub(r.error)}")
         _charts(results, context)
-        st.dataframe(results_table(results), hide_index=True, width="stretch")
-        _downloads(results, context)
+        level = (context.get("settings") or {}).get("level", "off")
+        st.dataframe(results_table(results, level), hide_index=True, width="stretch")
+        with common.guard("preparing the downloads"):
+            _downloads(loaded, bench)
     else:
-        st.info("Choose variants and press Run. A 1-second run of two variants takes about 10 s.")
-        _download_model(st.columns(3)[0], loaded)
+        st.info("Choose variants and press Run. A 1-second run of three variants takes about 15 s.")
+        with common.guard("preparing the downloads"):
+            _downloads(loaded, None)
 
 
 def render() -> None:

@@ -11,15 +11,23 @@ Rules:
    pass. Arguments whose name starts with ``_`` are not part of the key; the model's sha256 is.
 4. After the Passes page is drawn, the selections one toggle away are computed in the
    background (``prefetch_neighbours``), so a toggle on a model of up to 500 nodes is a cache hit.
+   The background thread pauses for page runs only between cached calls (never while it holds a
+   cache key's lock that a page may be waiting on).
+5. Every cache has a bound (``max_entries``); so does the table of models a link can name
+   (``hold_model``: uploads and the command line's model, at most HELD_MODELS, oldest out).
+6. This module knows nothing of the session: callers pass keys and values (no import of
+   :mod:`fusionviz.ui.state`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import onnx
@@ -56,6 +64,34 @@ def bytes_sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+HELD_MODELS = 8
+REF_LEN = 20  # hex digits of the model's sha256 in a ``?model=`` link (80 bits: not guessable)
+_HELD: OrderedDict[str, tuple[LoadedModel, dict]] = OrderedDict()
+_HELD_LOCK = threading.Lock()
+
+
+def hold_model(loaded: LoadedModel, origin: dict) -> None:
+    """Rule 5: keep ``loaded`` so that a link naming it (``?model=REF``) opens it in another session."""
+    with _HELD_LOCK:
+        ref = loaded.sha256[:REF_LEN]
+        _HELD[ref] = (loaded, dict(origin))
+        _HELD.move_to_end(ref)
+        while len(_HELD) > HELD_MODELS:
+            _HELD.popitem(last=False)
+
+
+def held_model(ref: str) -> tuple[LoadedModel, dict] | None:
+    """The (model, origin) a ``?model=`` link names, or None when the server no longer holds it."""
+    ref = (ref or "").strip().lower()
+    if len(ref) < 12:
+        return None
+    with _HELD_LOCK:
+        for key, value in _HELD.items():
+            if key.startswith(ref) or ref.startswith(key):
+                return value
+    return None
+
+
 @st.cache_resource(max_entries=96, show_spinner=False)
 def pipeline(sha: str, passes: tuple[str, ...], shapes: tuple, _proto: onnx.ModelProto):
     """Rule 3: PipelineResult for ``passes`` (canonical order) on the model with hash ``sha``."""
@@ -63,14 +99,29 @@ def pipeline(sha: str, passes: tuple[str, ...], shapes: tuple, _proto: onnx.Mode
 
     if not passes:
         return run_pipeline(_proto, [], shapes={k: list(v) for k, v in shapes} or None)
+    # No yield_to_pages() here: a prefetch thread would pause while holding this key's lock,
+    # and a page asking for the same selection would wait on it (rule 4).
     prev = pipeline(sha, passes[:-1], shapes, _proto)
-    yield_to_pages()
     step = run_pipeline(prev.final, [passes[-1]])
+    before = tuple(r.name for r in prev.reports)
+    reports = tuple(_in_context(r, before) for r in step.reports)
     return PipelineResult(
         snapshots=prev.snapshots + step.snapshots[1:],
-        reports=prev.reports + step.reports,
+        reports=prev.reports + reports,
         seconds=prev.seconds + step.seconds,
     )
+
+
+_ALONE = "(after: no other pass)"
+
+
+def _in_context(report, before: tuple[str, ...]):
+    """A report of a pass run alone on a prefix's result, as if run after ``before``: its
+    ``after`` names them, and so does a failure's message."""
+    error = report.error
+    if error and error.endswith(_ALONE):
+        error = error[: -len(_ALONE)] + f"(after: {', '.join(before) or 'no other pass'})"
+    return dataclasses.replace(report, after=before, error=error)
 
 
 def run(loaded: LoadedModel, passes: Sequence[str], shapes_key: tuple):
@@ -102,15 +153,45 @@ def memory_plan(key: tuple, shapes: tuple, _proto: onnx.ModelProto):
     return analysis.memory_plan(_proto, {k: list(v) for k, v in shapes} or None)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def verify(sha: str, passes: tuple[str, ...], shapes: tuple, exact: bool,
-           _original: onnx.ModelProto, _optimized: onnx.ModelProto):
-    """Verification of the pipeline result against its original (ORT, optimizations off)."""
+@st.cache_resource(max_entries=64, show_spinner=False)
+def verify(sha: str, passes: tuple[str, ...], inputs_key: tuple, exact: bool,
+           _original: onnx.ModelProto, _optimized: onnx.ModelProto, _plan=None):
+    """Verification of the pipeline result against its original (ORT, optimizations off) on the
+    input sets of ``_plan`` (``inputs_key`` is its spec's key). Without a plan the result says
+    why it was not run."""
+    from fusionviz.verify import VerifyResult
     from fusionviz.verify import verify as _verify
 
+    if _plan is None:
+        return VerifyResult(False, (), 1e-4, error="the inputs could not be planned (see the Model page)",
+                            report_only=not exact)
     # Isolated: an uploaded model that allocates gigabytes must not take the server down.
-    return _verify(_original, _optimized, shapes={k: list(v) for k, v in shapes} or None,
-                   report_only=not exact, isolated=True)
+    return _verify(_original, _optimized, plan=_plan, report_only=not exact, isolated=True)
+
+
+@st.cache_resource(max_entries=32, show_spinner="Checking the inputs on the original model...")
+def input_plan(sha: str, spec_key: tuple, probe: bool, _proto: onnx.ModelProto, _spec):
+    """(plan, error) for the model with hash ``sha`` and the InputSpec ``_spec`` (key ``spec_key``).
+
+    With ``probe`` the plan is run once on the original when fusionviz chose a dim or value
+    (``fusionviz.verify.probe``); when that fails, the unprobed plan comes back with the error.
+    A spec that cannot be planned gives (None, error).
+    """
+    from fusionviz import errors
+    from fusionviz.inputs import plan_inputs
+
+    try:
+        plan = plan_inputs(_proto, _spec)
+    except errors.FusionvizError as exc:
+        return None, str(exc)
+    if probe and plan.has_choices:
+        from fusionviz.verify import probe as _probe
+
+        try:
+            plan = _probe(_proto, plan)
+        except errors.FusionvizError as exc:
+            return plan, str(exc)
+    return plan, None
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
@@ -182,8 +263,12 @@ def page_run_finished() -> None:
         _ACTIVE_RUNS[0] = max(0, _ACTIVE_RUNS[0] - 1)
 
 
-def yield_to_pages(max_wait_s: float = 30.0) -> None:
-    """In a prefetch thread: wait (between passes) while any page run is in progress."""
+def yield_to_pages(max_wait_s: float = 10.0) -> None:
+    """In a prefetch thread: wait while any page run is in progress.
+
+    Called only between cached calls, never inside one: a cached function holds its key's lock
+    while it runs, and a page waiting on that lock would wait for this very pause.
+    """
     if not getattr(_LOCAL, "prefetch", False):
         return
     deadline = time.monotonic() + max_wait_s
@@ -214,8 +299,8 @@ def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tupl
     Only for models of at most PREFETCH_MAX_NODES nodes; a newer call supersedes an older one;
     ``FUSIONVIZ_PREFETCH=0`` switches it off (the AppTest suite does, to keep runs independent).
     """
+    from fusionviz.passes import registry
     from fusionviz.passes.pipeline import count_nodes
-    from fusionviz.ui.state import canonical
 
     if os.environ.get("FUSIONVIZ_PREFETCH", "1") == "0" or count_nodes(loaded.proto) > PREFETCH_MAX_NODES:
         return
@@ -223,7 +308,7 @@ def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tupl
         _PREFETCH_GEN[0] += 1
         gen = _PREFETCH_GEN[0]
     current = set(passes)
-    targets = [tuple(canonical(current ^ {p})) for p in candidates]
+    targets = [tuple(p.name for p in registry.resolve(current ^ {c})) for c in candidates]
 
     def work() -> None:
         _LOCAL.prefetch = True

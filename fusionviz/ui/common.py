@@ -1,19 +1,25 @@
-"""Pieces every page uses: the error guard, the sidebar, the current pipeline, drawing a graph.
+"""Pieces every page uses: the error guard, the sidebar, the current pipeline, drawing a graph,
+the exports.
 
 Rules:
 
 1. A page body runs inside :func:`page`: a ``FusionvizError`` becomes ``st.error(one line)``,
    anything else becomes a short error line while the traceback goes to the server log.
    Streamlit's own control flow (rerun, stop, switch_page) is a ``BaseException`` and passes.
+   No message shows a server path (:func:`fusionviz.ui.state.scrub`).
 2. The graph is drawn by the pan/zoom component when it is there and works; otherwise by
    ``st.graphviz_chart`` (the browser lays the DOT out). Either way the page keeps working.
+3. The sidebar is drawn first and drawn again after the page body when the body changed the
+   model or the passes, so it always names the model the run ended on.
+4. Switching pages keeps the query parameters (the app's and any other page's).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import streamlit as st
 
@@ -40,12 +46,12 @@ LEGEND = (
 
 
 @contextmanager
-def guard(what: str):
+def guard(what: str) -> Iterator[None]:
     """Rule 1 as a context manager; ``what`` names the step in the generic message."""
     try:
         yield
     except errors.FusionvizError as exc:
-        st.error(str(exc))
+        st.error(state.scrub(str(exc)))
     except ImportError as exc:
         logger.exception("missing module while %s", what)
         st.error(f"This part of fusionviz is not available ({exc.name or exc}); the rest of the app works.")
@@ -55,7 +61,7 @@ def guard(what: str):
 
 
 def page(title: str, body: Callable[[], None]) -> None:
-    """Draw the sidebar and the page body under the error guard (rule 1)."""
+    """Draw the sidebar and the page body under the error guard (rules 1 and 3)."""
     state.init()
     cache.page_run_started()
     try:
@@ -64,43 +70,68 @@ def page(title: str, body: Callable[[], None]) -> None:
         cache.page_run_finished()
 
 
+def _sidebar_key() -> tuple:
+    loaded = state.model()
+    return (loaded.sha256 if loaded is not None else None, state.origin().get("name"), len(state.passes()))
+
+
 def _page(title: str, body: Callable[[], None]) -> None:
-    with guard("drawing the sidebar"):
+    with st.sidebar:
+        side = st.empty()
+    with side.container(), guard("drawing the sidebar"):
         sidebar()
-    if st.session_state.get(state.LOAD_ERROR):
-        st.error(st.session_state[state.LOAD_ERROR])
-    msg = st.session_state.get(state.MESSAGE)
-    if msg:
-        st.info(msg)
-        st.session_state[state.MESSAGE] = None
-    with guard(f"drawing the {title} page"):
-        body()
-    state.sync_query_params()
+    shown = _sidebar_key()
+    finished = False
+    try:
+        if st.session_state.get(state.LOAD_ERROR):
+            st.error(st.session_state[state.LOAD_ERROR])
+        msg = st.session_state.get(state.MESSAGE)
+        if msg:
+            st.info(msg)
+            st.session_state[state.MESSAGE] = None
+        with guard(f"drawing the {title} page"):
+            body()
+        finished = True
+    finally:
+        if _sidebar_key() != shown:  # the body changed the model or the passes (rule 3)
+            with side.container(), guard("drawing the sidebar"):
+                sidebar()
+        if finished:  # not on a page switch or rerun: the next run writes the URL
+            state.sync_query_params()
 
 
-def switch(name: str) -> None:
-    """Go to page ``name`` (a key of PAGES)."""
-    st.switch_page(PAGES[name])
+def switch(name: str, **params: str | None) -> None:
+    """Go to page ``name`` (a key of PAGES), keeping the query parameters (rule 4).
+
+    Args:
+        name: the page key.
+        **params: query parameters to set on the way (e.g. ``focus=NODE`` for the Graph page);
+            None removes one.
+    """
+    query = {k: st.query_params.get_all(k) for k in st.query_params}
+    for k, v in params.items():
+        if v is None:
+            query.pop(k, None)
+        else:
+            query[k] = [v]
+    st.switch_page(PAGES[name], query_params={k: v[-1] if len(v) == 1 else v for k, v in query.items()})
 
 
 def sidebar() -> None:
-    """Current model and pass count on every page, plus the guided tour's controls when on."""
+    """Current model (file or sample name only) and pass count; the tour is drawn by app.py."""
     loaded = state.model()
-    with st.sidebar:
-        if loaded is not None:
-            st.caption("Model")
-            st.markdown(f"**{loaded.name}**  \n`{loaded.short_hash}` · {fmt_bytes(loaded.size_bytes)}")
-            n = len(state.passes())
-            st.caption(f"{n} pass{'es' if n != 1 else ''} selected")
-        else:
-            st.caption("No model loaded: pick one on the Model page.")
-        if st.session_state.get(state.TOUR) is not None:
-            from fusionviz.ui import learn_page
-
-            learn_page.tour_sidebar()
+    if loaded is not None:
+        st.caption("Model")
+        org = state.origin()
+        st.markdown(f"**{loaded.name}**  \n{state.source_words(org)} · `{loaded.short_hash}` · "
+                    f"{fmt_bytes(loaded.size_bytes)}")
+        n = len(state.passes())
+        st.caption(f"{n} pass{'es' if n != 1 else ''} selected")
+    else:
+        st.caption("No model loaded: pick one on the Model page.")
 
 
-def require_model():
+def require_model() -> Any:
     """The current model, or an info box and ``st.stop()`` when there is none."""
     loaded = state.model()
     if loaded is None:
@@ -111,7 +142,7 @@ def require_model():
     return loaded
 
 
-def current_pipeline(progress: bool = True):
+def current_pipeline(progress: bool = True) -> Any:
     """The cached pipeline result for the current model, passes and shapes."""
     loaded = state.model()
     names = state.passes()
@@ -121,7 +152,7 @@ def current_pipeline(progress: bool = True):
     return cache.run(loaded, names, state.shapes_key())
 
 
-def pipeline_key(loaded, names) -> tuple:
+def pipeline_key(loaded: Any, names: Sequence[str]) -> tuple:
     """Cache key of a pipeline: model hash, pass tuple and shapes."""
     return (loaded.sha256, tuple(names), state.shapes_key())
 
@@ -159,7 +190,7 @@ def render_options(**overrides) -> tuple:
     return tuple(sorted(d.items()))
 
 
-def show_graph(rendered, *, key: str, height: int = 620) -> tuple[str, str] | None:
+def show_graph(rendered: Any, *, key: str, height: int = 620) -> tuple[str, str] | None:
     """Rule 2: draw ``rendered`` (a graphview Rendered).
 
     Returns:
@@ -220,3 +251,86 @@ def fmt_count(n: float | int | None) -> str:
         if abs(n) >= div:
             return f"{n / div:.1f} {unit}"
     return f"{n:.0f}"
+
+
+# ------------------------------------------------------------------ verification and exports
+
+
+def verification(loaded: Any, result: Any) -> Any:
+    """The cached verification of ``result`` on the current inputs (None: no pass selected)."""
+    from fusionviz.passes import all_passes
+
+    names = state.passes()
+    if not names:
+        return None
+    exact = all(p.exact for p in all_passes() if p.name in names)
+    inputs = state.input_plan(loaded)
+    return cache.verify(loaded.sha256, tuple(names), inputs.key, exact, result.original, result.final,
+                        inputs.plan)
+
+
+def cli_model_arg(loaded: Any) -> str:
+    """How the CLI names the current model: the sample name, else the model's file name."""
+    org = state.origin()
+    return org["name"] if org.get("kind") == "sample" else loaded.name
+
+
+def build_report(loaded: Any, result: Any, verify_result: Any = None, bench: dict | None = None) -> dict:
+    """The report (``fusionviz.report``) of the current model, passes, inputs and results.
+
+    Args:
+        loaded: the current model.
+        result: the current pipeline result.
+        verify_result: its verification, or None.
+        bench: ``{"results": [...], "context": {...}}`` of a benchmark of this model, or None.
+    """
+    from fusionviz import report
+    from fusionviz.inputs import SET_NAMES
+
+    inputs = state.input_plan(loaded)
+    plan = inputs.plan
+    data = state.user_data(loaded)
+    names = [r.name for r in result.reports]
+    sets = list(SET_NAMES) + (["user"] if data else [])
+    command = report.cli_command(cli_model_arg(loaded), names, shapes=state.pipeline_shapes(plan),
+                                 values=dict(inputs.spec.values), inputs_file=data["label"] if data else None,
+                                 output=export_name(loaded))
+    notes = [f"inputs: {inputs.error}"] if inputs.error else []
+    ctx = (bench or {}).get("context") or {}
+    return report.build(
+        model_name=loaded.name, sha256=loaded.sha256, source=state.source_words(), passes=result.reports,
+        nodes_before=result.nodes_before, nodes_after=result.nodes_after,
+        inputs=plan.describe_lines() if plan is not None else [], input_sets=sets,
+        verification=verify_result, bench=(bench or {}).get("results"),
+        bench_settings=ctx.get("settings"), command=command, notes=notes)
+
+
+def export_name(loaded: Any) -> str:
+    """File name of the optimized model's download."""
+    return f"{loaded.name.rsplit('.', 1)[0]}.fusionviz.onnx"
+
+
+def exports(loaded: Any, result: Any, verify_result: Any = None, bench: dict | None = None) -> None:
+    """Download buttons: the optimized model (.onnx), the report as JSON and as Markdown.
+
+    The files are made when a button is pressed (the model's bytes are not kept per session).
+    """
+    from fusionviz import report
+
+    final = result.final
+    rep = build_report(loaded, result, verify_result, bench)
+    stem = loaded.name.rsplit(".", 1)[0]
+    c = st.columns(3)
+    c[0].download_button("Optimized model (.onnx)", final.SerializeToString, file_name=export_name(loaded),
+                         mime="application/octet-stream", key="dl_model", icon=":material/download:",
+                         width="stretch", on_click="ignore",
+                         help="The model after the selected passes, as the command in the report writes it.")
+    c[1].download_button("Report (JSON)", lambda: report.to_json(rep), file_name=f"{stem}.fusionviz.json",
+                         mime="application/json", key="dl_json", icon=":material/download:", width="stretch",
+                         on_click="ignore")
+    c[2].download_button("Report (Markdown)", lambda: report.markdown(rep), file_name=f"{stem}.fusionviz.md",
+                         mime="text/markdown", key="dl_md", icon=":material/download:", width="stretch",
+                         on_click="ignore")
+    if rep.get("command"):
+        st.caption("Reproduce on the command line:")
+        st.code(rep["command"], language="bash", wrap_lines=True)

@@ -1,8 +1,33 @@
-"""Graph page: before and after side by side, diff colours and counts, search, focus, details."""
+"""Graph page: before and after side by side, diff colours and counts, search, focus, details.
+
+Rules (the code points back to them):
+
+1. Selection follows provenance: a node selected in one pane is outlined there, and the nodes
+   it became or came from are outlined in the other pane (``graphview.Links``: fused, replaced,
+   folded, removed are said in words). The selection is (side, node), so a FusedConv that kept
+   its Conv's name is never confused with that Conv.
+2. Search matches a node's name (substring) or op type (whole word), case-insensitive, in both
+   panes at once; matches inside a collapsed block outline the block.
+3. Up to :func:`max_draw` items are drawn per pane (big graphs are laid out by parts on the
+   server). "Collapse" folds name scopes into blocks, opening them while the picture stays small
+   (a model whose nodes all sit in one scope is drawn node by node); a selection bigger than the
+   cap is collapsed automatically whatever the toggle says, and the page offers a focus.
+4. The focused node lives in the URL (``?focus=NODE``): a link reproduces the view. Only that
+   parameter is read or written here; the others belong to the rest of the app.
+5. The first screen is the graph: one compact bar of controls above two panes that fill the
+   window (1600×1000: the panes start about 200 px down).
+6. A rerun that changes nothing in the view lays nothing out again (SVG kept per DOT text), big
+   drawings travel gzip-compressed (a tenth of the bytes), and clicks are read before the panes
+   are drawn, so one click is one run.
+7. Exports of the current view: SVG and DOT as drawn, PNG by Graphviz (scaled down when very
+   big); made when the button is pressed.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import onnx
 import streamlit as st
@@ -10,12 +35,60 @@ import streamlit as st
 from fusionviz import errors
 from fusionviz.ui import cache, common, state
 
+if TYPE_CHECKING:
+    from streamlit.delta_generator import DeltaGenerator
+
+    from fusionviz.graphview import Counterpart, GraphDiff, Links, Rendered
+    from fusionviz.model_io import LoadedModel
+
 logger = logging.getLogger(__name__)
 
 ORT_LEVELS = ("basic", "extended", "layout", "all")
+SIDES = ("before", "after")
+
+#: Pane heights (pixels): side by side, and stacked.
+PANE_HEIGHT = 740
+STACKED_HEIGHT = 560
+MAX_MATCHES = 2000
+#: Drawings bigger than this (characters) travel gzip-compressed (rule 6).
+PACK_ABOVE = 256 * 1024
+
+# Session keys owned by this page.
+SEL_SIDE = "fv_graph_sel_side"  # (node name, side) of the selection (rule 1)
+CLICKS = "fv_graph_clicks"  # pane -> token of the last click handled (rule 6)
+REVEAL = "fv_graph_reveal"  # token that makes the panes pan to a new selection
+URL_FOCUS = "fv_graph_url_focus"  # focus last read from or written to the URL (rule 4)
+SEARCH_SEEN = "fv_graph_search_seen"  # the search text the panes were last revealed for
+URL_PARAM = "focus"
+
+_CSS = """
+<style>
+[data-testid="stMainBlockContainer"] { padding-top: 3.6rem; padding-bottom: 1rem; }
+[data-testid="stMainBlockContainer"] [data-testid="stVerticalBlock"] { gap: 0.45rem; }
+.fv-head { font-size: 0.92rem; line-height: 1.4; margin: 0 0 1rem 0; display: flex; flex-wrap: wrap;
+           align-items: baseline; column-gap: 0.35rem; }
+.fv-head h1.fv-title { font-size: 1.08rem !important; font-weight: 700 !important; margin: 0 !important;
+                      padding: 0 !important; line-height: 1.4 !important; display: inline; }
+.fv-head h1.fv-title a, .fv-head h1.fv-title span[data-testid="stHeaderActionElements"] { display: none; }
+.fv-head span.fv-cap { color: #4b5563; }
+.fv-legend { margin-left: auto; font-size: 0.85rem; white-space: nowrap; }
+.fv-sw { display: inline-block; width: 1.05em; height: 0.75em; border: 2px solid; border-radius: 3px;
+         margin: 0 0.3em 0 0.9em; vertical-align: middle; }
+</style>
+"""
 
 
-def reference_graph(loaded, level: str, original: onnx.ModelProto) -> onnx.ModelProto:
+def max_draw() -> int:
+    """Rule 3: the cap on drawn items per pane."""
+    from fusionviz.graphview.build import _default_max_nodes
+
+    return _default_max_nodes()
+
+
+# ------------------------------------------------------------------ the compared pair
+
+
+def reference_graph(loaded: LoadedModel, level: str, original: onnx.ModelProto) -> onnx.ModelProto:
     """onnxruntime's own optimized graph of ``original`` at ``level`` (cached per model hash)."""
     got = cache.reference(loaded.sha256, f"ort:{level}", state.shapes_key(), original)
     if isinstance(got, errors.FusionvizError):
@@ -25,7 +98,7 @@ def reference_graph(loaded, level: str, original: onnx.ModelProto) -> onnx.Model
     return got
 
 
-def compare_options(result) -> dict[str, str]:
+def compare_options(result: Any) -> dict[str, str]:
     """Compare-pair choices: value -> label."""
     opts = {"current": f"original → current ({result.nodes_before} → {result.nodes_after} nodes)"}
     for k, rep in enumerate(result.reports, start=1):
@@ -36,8 +109,9 @@ def compare_options(result) -> dict[str, str]:
     return opts
 
 
-def pick_pair(loaded, result, choice: str):
-    """(before, after, key, caption) for a compare choice."""
+def pick_pair(loaded: LoadedModel, result: Any, choice: str
+              ) -> tuple[onnx.ModelProto, onnx.ModelProto, tuple, str]:
+    """(before, after, key, caption) for a compare choice ("current", "step:K", "ort:LEVEL")."""
     if choice.startswith("step:"):
         k = int(choice.split(":", 1)[1])
         if 1 <= k < len(result.snapshots):
@@ -58,207 +132,471 @@ def pick_pair(loaded, result, choice: str):
         f"The original model and the model after the **{len(result.reports)} selected passes**."
 
 
+def _pair_reports(result: Any, choice: str) -> list:
+    """The pass reports that lie between the two snapshots of the pair."""
+    if choice.startswith("ort:"):
+        return []
+    if choice.startswith("step:"):
+        k = int(choice.split(":", 1)[1])
+        return list(result.reports[k - 1:k])
+    return list(result.reports)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _links(key: tuple, provenance: bool, _before: onnx.ModelProto, _after: onnx.ModelProto,
+           _diff: GraphDiff | None, _reports: Sequence) -> Links:
+    """Rule 1: provenance links of a pair (``key`` identifies the pair)."""
+    from fusionviz.graphview import Links, fates_from_reports
+
+    return Links(_before, _after, _diff, fates_from_reports(_reports), provenance=provenance)
+
+
+@st.cache_resource(max_entries=48, show_spinner=False)
+def _render(key: tuple, side: str, opts: tuple, _model: onnx.ModelProto, _diff: GraphDiff | None) -> Rendered:
+    """``render_graph`` of one side of a pair, kept as one shared object (no copy per run)."""
+    from fusionviz.graphview import RenderOptions, render_graph
+
+    return render_graph(_model, diff=_diff, side=side, options=RenderOptions(**dict(opts)))
+
+
+# ------------------------------------------------------------------ session helpers
+
+
 def _set_opt(name: str, widget_key: str) -> None:
+    """A view option's widget changed: keep its value in the persistent graph options."""
     opts = dict(st.session_state.get(state.GRAPH_OPTS) or {})
     opts[name] = st.session_state[widget_key]
     st.session_state[state.GRAPH_OPTS] = opts
 
 
 def _set_compare() -> None:
+    """The compare pair changed."""
     st.session_state[state.COMPARE] = st.session_state["graph_compare"]
 
 
-def _set_focus(name: str | None) -> None:
+def _set_focus(name: str | None, side: str | None = None) -> None:
+    """Focus ``name`` (None: the whole graph); a focused node is also the selection."""
     st.session_state[state.FOCUS] = name
     if name:
-        st.session_state[state.SELECTED] = name
+        _select(name, side)
 
 
-def node_names(model: onnx.ModelProto) -> list[tuple[str, str]]:
-    """(name, op_type) of the main graph's nodes."""
-    return [(n.name, n.op_type) for n in model.graph.node]
+def _select(name: str | None, side: str | None) -> None:
+    """Rule 1: select node ``name`` of ``side``; the panes pan to it once."""
+    st.session_state[state.SELECTED] = name
+    st.session_state[SEL_SIDE] = (name, side) if name else None
+    st.session_state[REVEAL] = f"sel:{side}:{name}:{id(object())}"
 
 
-def search(models: list[onnx.ModelProto], text: str, limit: int = 50) -> list[str]:
-    """Node names whose name contains ``text`` or whose op type equals it (case-insensitive)."""
+def selection(links: Links) -> tuple[str | None, str | None]:
+    """Rule 1: (node key, side) of the selection; the side is guessed (after first) when another
+    page set the node without one."""
+    name = st.session_state.get(state.SELECTED)
+    if not name:
+        return None, None
+    got = st.session_state.get(SEL_SIDE)
+    if isinstance(got, tuple) and len(got) == 2 and got[0] == name and got[1] in SIDES \
+            and links.has(got[1], name):
+        return name, got[1]
+    for side in ("after", "before"):
+        if links.has(side, name):
+            return name, side
+    return name, None
+
+
+def _hit(text: str, name: str, op: str) -> bool:
+    """Rule 2 for one node (``text`` already lower-case)."""
+    return text in name.lower() or text == op.lower()
+
+
+def matches(links: Links, side: str, text: str) -> list[str]:
+    """Rule 2: keys of ``side`` whose name contains ``text`` or whose op type is ``text``
+    (case-insensitive), in model order."""
     t = text.strip().lower()
     if not t:
         return []
-    hits: list[str] = []
-    for m in models:
-        for name, op in node_names(m):
-            if (t in name.lower() or t == op.lower()) and name not in hits:
-                hits.append(name)
-                if len(hits) >= limit:
-                    return hits
-    return hits
+    return [k for k in links.keys(side) if _hit(t, k, links.op(side, k))]
 
 
-def _controls(result) -> None:
-    opts = st.session_state.get(state.GRAPH_OPTS) or {}
+# ------------------------------------------------------------------ focus in the URL (rule 4)
+
+
+def _focus_from_url() -> None:
+    """A ``?focus=`` the page has not seen yet (a link, an edited address) becomes the focus."""
+    try:
+        wanted = st.query_params.get(URL_PARAM)
+    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
+        return
+    if wanted and wanted != st.session_state.get(URL_FOCUS):
+        st.session_state[URL_FOCUS] = wanted
+        st.session_state[state.FOCUS] = wanted
+        _select(wanted, None)
+
+
+def _focus_to_url() -> None:
+    """The URL says what the page shows: ``focus`` set to the focused node, or removed."""
+    focus = st.session_state.get(state.FOCUS)
+    try:
+        have = st.query_params.get(URL_PARAM)
+        if focus and have != focus:
+            st.query_params[URL_PARAM] = focus
+        elif not focus and have is not None:
+            del st.query_params[URL_PARAM]
+    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
+        logger.debug("focus not written to the URL", exc_info=True)
+    st.session_state[URL_FOCUS] = focus
+
+
+# ------------------------------------------------------------------ clicks (rule 6)
+
+
+def _take_clicks(links: Links) -> None:
+    """Apply clicks the panes reported since the last run, before anything is drawn."""
+    from fusionviz.ui.graph_component import Click
+
+    seen = st.session_state.setdefault(CLICKS, {})
+    for side in SIDES:
+        value = st.session_state.get(f"graph_{side}")
+        if not isinstance(value, dict) or value.get("kind") not in ("node", "scope"):
+            continue
+        click = Click(str(value["kind"]), str(value.get("key", "")),
+                      f"{value.get('sid', '')}:{value.get('n', 0)}")
+        if seen.get(side) == click.token:
+            continue
+        seen[side] = click.token
+        if click.kind == "scope":
+            common.toggle_scope(click.key)
+        elif links.has(side, click.key):
+            _select(click.key, side)
+
+
+# ------------------------------------------------------------------ the bar (rule 5)
+
+
+def _legend_html(counts: dict | None) -> str:
+    """The diff colours with their counts, on one short line."""
+    keys = {"fused / new": ("fused", "added"), "removed": ("removed",), "changed": ("changed",),
+            "unchanged": ("unchanged",)}
+    parts = []
+    for (_, fill, border), label in zip(common.LEGEND, keys, strict=True):
+        n = f" <b>{sum(int(counts.get(k, 0)) for k in keys[label]):,}</b>" if counts else ""
+        parts.append(f"<span class='fv-sw' style='background:{fill};border-color:{border}'></span>{label}{n}")
+    return "<span class='fv-legend'>" + "".join(parts) + "</span>"
+
+
+def _header(caption: str, counts: dict | None) -> None:
+    """The page's title, the pair's caption and the diff colours, on one line."""
+    plain = caption.replace("**", "")
+    st.markdown(f"<div class='fv-head'><h1 class='fv-title'>Graph: before and after</h1>"
+                f"<span class='fv-cap'>· {plain}</span>{_legend_html(counts)}</div>", unsafe_allow_html=True)
+
+
+def _toolbar(result: Any, collapse_on: bool) -> tuple[DeltaGenerator, DeltaGenerator]:
+    """Compare, search, collapse, changed-only, then the View and Export popovers (returned, to be
+    filled once the panes are drawn)."""
     choices = compare_options(result)
     current = st.session_state.get(state.COMPARE, "current")
     if current not in choices:
         current = "current"
+    opts = st.session_state.get(state.GRAPH_OPTS) or {}
+    c = st.columns([2.7, 2.7, 1.2, 1.55, 1.0, 1.1], vertical_alignment="center")
     state.seed("graph_compare", current)
-    st.selectbox("Compare", list(choices), format_func=choices.get, key="graph_compare",
-                 on_change=_set_compare)
-    c = st.columns([1, 1, 1, 1])
-    state.seed("graph_collapse", bool(opts.get("collapse", True)))
-    c[0].toggle("Collapse repeated blocks", key="graph_collapse", on_change=_set_opt,
+    c[0].selectbox("Compare", list(choices), format_func=choices.get, key="graph_compare",
+                   on_change=_set_compare, label_visibility="collapsed")
+    c[1].text_input("Search a node by name or op type", key="graph_search", label_visibility="collapsed",
+                    placeholder="Search: name or op type (Conv, /layer1/, Softmax)")
+    state.seed("graph_collapse", collapse_on)
+    c[2].toggle("Collapse", key="graph_collapse", on_change=_set_opt,
                 args=("collapse", "graph_collapse"),
-                help="Fold name scopes (layer.3/attention/...) into one box each.")
+                help="Fold name scopes (layer.3/attention/...) into one block each; click a block to open it.")
     state.seed("graph_changed_only", bool(opts.get("changed_only", False)))
-    c[1].toggle("Changed regions only", key="graph_changed_only", on_change=_set_opt,
+    c[3].toggle("Changed only", key="graph_changed_only", on_change=_set_opt,
                 args=("changed_only", "graph_changed_only"),
-                help="Draw only what the passes changed, with a few hops of context.")
-    state.seed("graph_stacked", bool(opts.get("stacked", False)))
-    c[2].toggle("Stack vertically", key="graph_stacked", on_change=_set_opt,
-                args=("stacked", "graph_stacked"), help="For narrow screens.")
-    state.seed("graph_hops", int(opts.get("hops", 2)))
-    c[3].slider("Hops around focus", 1, 6, key="graph_hops", on_change=_set_opt,
-                args=("hops", "graph_hops"))
+                help="Draw only what the passes changed, with a hop of context.")
+    view = c[4].popover("View", icon=":material/tune:", width="stretch")
+    with view:
+        state.seed("graph_stacked", bool(opts.get("stacked", False)))
+        st.toggle("Stack vertically", key="graph_stacked", on_change=_set_opt,
+                  args=("stacked", "graph_stacked"), help="For narrow screens.")
+        state.seed("graph_hops", int(opts.get("hops", 2)))
+        st.slider("Hops around focus", 1, 6, key="graph_hops", on_change=_set_opt, args=("hops", "graph_hops"))
+    export = c[5].popover("Export", icon=":material/download:", width="stretch")
+    return view, export
 
 
-def _search_box(before, after) -> None:
-    c1, c2, c3 = st.columns([2, 2, 1])
-    text = c1.text_input("Search a node by name or op type", key="graph_search",
-                         placeholder="e.g. Conv, /layer1/, Softmax")
-    hits = search([after, before], text) if text else []
-    if text and not hits:
-        c2.caption(f"No node matches '{text}'.")
-    if hits:
-        pick = c2.selectbox(f"{len(hits)} match{'es' if len(hits) != 1 else ''}", hits,
-                            key="graph_search_pick")
-        c3.button("Focus", key="graph_focus_btn", on_click=_set_focus, args=(pick,),
-                  width="stretch")
+def _status_row(text: str, hits: dict[str, list[str]], notes: list[str], first_change: str | None) -> None:
+    """One line under the bar: search results (or notes on what is not drawn), then the focus."""
     focus = st.session_state.get(state.FOCUS)
+    if not text and not focus and not notes:
+        return
+    cols = st.columns([3.9, 2.5, 0.8, 2.8, 1.0], vertical_alignment="center")
+    if text:
+        nb, na = len(hits.get("before", [])), len(hits.get("after", []))
+        if nb or na:
+            cols[0].markdown(f"Search **{text}**: {nb:,} in before, {na:,} in after (outlined in amber).")
+            picks = list(dict.fromkeys(hits.get("after", [])[:50] + hits.get("before", [])[:50]))
+            pick = cols[1].selectbox(f"{len(picks)} match{'es' if len(picks) != 1 else ''}", picks,
+                                     key="graph_search_pick", label_visibility="collapsed")
+            side = "after" if pick in hits.get("after", []) else "before"
+            cols[2].button("Focus", key="graph_focus_btn", on_click=_set_focus, args=(pick, side),
+                           width="stretch", help="Draw only this node and its neighbours")
+        else:
+            cols[0].caption(f"No node matches '{text}'.")
+    elif notes:
+        cols[0].caption(" ".join(notes))
+        if first_change:
+            cols[1].button("Focus the first change", key="graph_focus_change", on_click=_set_focus,
+                           args=(first_change, "after"))
     if focus:
-        f1, f2 = st.columns([4, 1])
-        f1.markdown(f"Focused on **`{focus}`** (± {st.session_state[state.GRAPH_OPTS].get('hops', 2)} hops).")
-        f2.button("Show whole graph", key="graph_clear_focus", on_click=_set_focus, args=(None,),
-                  width="stretch")
+        from fusionviz.graphview.dot import shorten
+
+        hops = (st.session_state.get(state.GRAPH_OPTS) or {}).get("hops", 2)
+        cols[3].markdown(f"Focus: `{shorten(focus, 40)}` ± {hops} hops", help=focus)
+        cols[4].button("Whole graph", key="graph_clear_focus", on_click=_set_focus, args=(None,),
+                       width="stretch", help="Show the whole graph again")
 
 
-def _side_focus(model: onnx.ModelProto, focus: str | None, diff, side: str) -> str | None:
-    """The focus node for one side: the node itself, or (after) the node made from it, or (before)
-    the first original node it came from."""
+# ------------------------------------------------------------------ drawing
+
+
+def _side_focus(links: Links, focus: str | None, side: str) -> str | None:
+    """The focus node for one side: the node itself, else the first node linked to it."""
     if not focus:
         return None
-    names = {n.name for n in model.graph.node}
-    if focus in names:
+    if links.has(side, focus):
         return focus
-    if side == "after":
-        target = (getattr(diff, "fused_into", None) or {}).get(focus)
-        if target in names:
-            return target
-        for new, srcs in (getattr(diff, "provenance", None) or {}).items():
-            if focus in (srcs or ()) and new in names:
-                return new
-    else:
-        for src in (getattr(diff, "contributors", None) or {}).get(focus, ()) or ():
-            if src in names:
-                return src
+    other = "before" if side == "after" else "after"
+    if links.has(other, focus):
+        linked = links.linked(other, focus)
+        return linked[0] if linked else None
     return None
 
 
-def _draw_side(model, diff, side: str, key: tuple, focus: str | None, height: int):
-    with common.guard(f"drawing the {side} graph"):
-        return _draw_side_unguarded(model, diff, side, key, focus, height)
-    return None
+def _ids(rendered: Rendered, keys: Sequence[str], limit: int = MAX_MATCHES) -> list[str]:
+    """Element ids that stand for ``keys`` in a drawing (a node's own box, or its block)."""
+    out: dict[str, None] = {}
+    for k in keys:
+        eid = rendered.item_ids.get(k)
+        if eid:
+            out[eid] = None
+            if len(out) >= limit:
+                break
+    return list(out)
 
 
-def _draw_side_unguarded(model, diff, side: str, key: tuple, focus: str | None, height: int):
-    opts = common.render_options(focus=_side_focus(model, focus, diff, side))
-    rendered = cache.render(key, side, opts, model, diff)
-    st.caption(f"{rendered.drawn} of {rendered.total} nodes drawn")
-    st.session_state.setdefault("fv_scopes", {})[side] = dict(getattr(rendered, "scope_ids", {}) or {})
-    return common.show_graph(rendered, key=f"graph_{side}", height=height)
+def _draw_pane(side: str, rendered: Rendered, *, height: int, selected_id: str | None,
+               linked_ids: list[str], match_ids: list[str]) -> None:
+    """One pane: the pan/zoom viewer with its marks, or the browser's own renderer without SVG."""
+    from fusionviz.ui.graph_component import graph_pane, packed_svg_for, svg_for
 
-
-def _details(before, after, diff, pair_key: tuple) -> None:
-    name = st.session_state.get(state.SELECTED)
-    if not name:
-        st.caption("Click a node (or focus one from the search) to see its attributes, shapes, "
-                   "weights and provenance.")
+    label = f"{side.capitalize()} · {rendered.drawn:,} of {rendered.total:,} nodes drawn"
+    if rendered.auto_collapsed:
+        label += " · collapsed automatically"
+    try:
+        with st.spinner(f"Laying out the {side} graph ({rendered.drawn:,} items)...", show_time=True):
+            svg = svg_for(rendered.dot)
+    except errors.RenderError as exc:
+        logger.info("SVG unavailable, drawing in the browser: %s", exc)
+        st.caption(label)
+        st.graphviz_chart(rendered.dot, width="stretch")
         return
-    names_after = {n.name for n in after.graph.node}
-    model, which = (after, "after") if name in names_after else (before, "before")
-    if name not in {n.name for n in model.graph.node}:
+    packed = packed_svg_for(rendered.dot) if len(svg) > PACK_ABOVE else None
+    graph_pane(svg, key=f"graph_{side}", height=height, selected_id=selected_id, linked_ids=linked_ids,
+               match_ids=match_ids, pane=side, pane_label=label, reveal=st.session_state.get(REVEAL),
+               packed=packed)
+
+
+def _prepare_layouts(rendered: dict[str, Rendered | None]) -> None:
+    """Lay out both panes at once when neither is laid out yet (parts of both run in parallel)."""
+    from fusionviz.graphview import parts as P
+    from fusionviz.ui.graph_component import svg_cached, svg_for
+
+    todo = [r.dot for r in rendered.values() if r is not None and not svg_cached(r.dot)]
+    big = [d for d in todo if (P.parse_dot(d) or P.ParsedDot([], {}, [], [])).op_count > P.SPLIT_ABOVE]
+    if len(big) < 2 or not P.layout_workers():
+        return
+    import concurrent.futures
+
+    with st.spinner("Laying out both graphs...", show_time=True), \
+            concurrent.futures.ThreadPoolExecutor(max_workers=len(big)) as ex:
+        for fut in [ex.submit(svg_for, d) for d in big]:
+            try:
+                fut.result()
+            except errors.RenderError:
+                pass  # the pane says so when it is drawn
+
+
+def _marks(rendered: dict[str, Rendered | None], cp: Counterpart | None, hits: dict[str, list[str]]) -> dict[str, dict]:
+    """Per pane: the selected element, the elements linked to it (rule 1), the search matches (rule 2)."""
+    marks: dict[str, dict] = {s: {"selected_id": None, "linked_ids": [], "match_ids": []} for s in SIDES}
+    for side in SIDES:
+        r = rendered.get(side)
+        if r is None:
+            continue
+        marks[side]["match_ids"] = _ids(r, hits.get(side, []))
+        if cp is not None and side == cp.side:
+            marks[side]["selected_id"] = r.item_ids.get(cp.key)
+        elif cp is not None:
+            marks[side]["linked_ids"] = _ids(r, cp.others)
+    return marks
+
+
+# ------------------------------------------------------------------ details (rule 1)
+
+
+def _details(before: onnx.ModelProto, after: onnx.ModelProto, links: Links, pair_key: tuple) -> None:
+    """Rule 1: the selected node and what stands for it on the other side, both in full."""
+    name, side = selection(links)
+    if not name:
+        st.caption("Click a node (or focus one from the search) to see it on both sides: attributes, "
+                   "shapes, weights and provenance.")
+        return
+    if side is None:
         st.caption(f"Node `{name}` is in neither graph of this pair.")
         return
-    details = cache.node_details((*pair_key, which), name, model)
-    st.markdown(f"**Node `{name}`** ({which})")
-    status = (getattr(diff, "status_after", {}) if which == "after" else getattr(diff, "status_before", {})) or {}
-    if name in status:
-        st.caption(f"diff status: {getattr(status[name], 'value', status[name])}")
-    c1, c2 = st.columns([1, 1])
-    c1.button("Focus here", key="graph_details_focus", on_click=_set_focus, args=(name,))
-    st.json(details, expanded=1)
+    cp = links.counterpart(side, name)
+    models = {"before": before, "after": after}
+    st.markdown(f"**{cp.op} `{name}`** ({side}): {cp.relation}")
+    c1, _ = st.columns([1, 5])
+    c1.button("Focus here", key="graph_details_focus", on_click=_set_focus, args=(name, side))
+    cols = dict(zip(SIDES, st.columns(2), strict=True))
+    with cols[side]:
+        st.markdown(f"**{side.capitalize()}**: {cp.op} `{name}`")
+        st.json(cache.node_details((*pair_key, side), name, models[side]), expanded=1)
+    other = cp.other_side
+    with cols[other]:
+        if not cp.others:
+            st.markdown(f"**{other.capitalize()}**: nothing stands for it.")
+        else:
+            n = len(cp.others)
+            st.markdown(f"**{other.capitalize()}**: {n} node{'s' if n != 1 else ''}")
+            for k, op in list(zip(cp.others, cp.other_ops, strict=True))[:8]:
+                st.markdown(f"{op} `{k}`")
+                st.json(cache.node_details((*pair_key, other), k, models[other]), expanded=False)
+            if n > 8:
+                st.caption(f"... and {n - 8} more.")
+
+
+# ------------------------------------------------------------------ exports (rule 7)
+
+
+def _exports(box: DeltaGenerator, loaded: LoadedModel, rendered: dict[str, Rendered | None]) -> None:
+    """Rule 7: SVG, PNG and DOT of each pane as drawn (made when the button is pressed)."""
+    from fusionviz.graphview import render_png
+    from fusionviz.ui.graph_component import svg_for
+
+    stem = loaded.name.rsplit(".", 1)[0] or "graph"
+    with box:
+        st.caption("The view as drawn (focus, collapse and changed-only apply). PNG is scaled down "
+                   "when the drawing is very big; SVG keeps every detail.")
+        for side in SIDES:
+            r = rendered.get(side)
+            if r is None:
+                continue
+            dot = r.dot
+            st.markdown(f"**{side.capitalize()}** ({r.drawn:,} items)")
+            c = st.columns(3)
+            c[0].download_button("SVG", data=lambda d=dot: svg_for(d).encode("utf-8"),
+                                 file_name=f"{stem}_{side}.svg", mime="image/svg+xml",
+                                 key=f"graph_export_{side}_svg", on_click="ignore", width="stretch")
+            c[1].download_button("PNG", data=lambda d=dot: render_png(d), file_name=f"{stem}_{side}.png",
+                                 mime="image/png", key=f"graph_export_{side}_png", on_click="ignore",
+                                 width="stretch")
+            c[2].download_button("DOT", data=lambda d=dot: d.encode("utf-8"), file_name=f"{stem}_{side}.dot",
+                                 mime="text/vnd.graphviz", key=f"graph_export_{side}_dot", on_click="ignore",
+                                 width="stretch")
 
 
 def _set_expanded() -> None:
+    """The open blocks changed."""
     opts = dict(st.session_state.get(state.GRAPH_OPTS) or {})
     opts["expanded"] = list(st.session_state["graph_expanded"])
     st.session_state[state.GRAPH_OPTS] = opts
 
 
-def _blocks() -> None:
-    """Open collapsed blocks by name (clicking a block in the pan/zoom view does the same)."""
-    scopes = st.session_state.get("fv_scopes") or {}
-    paths = sorted({p for side in scopes.values() for p in side.values()})
+def _blocks(box: DeltaGenerator, rendered: dict[str, Rendered | None]) -> None:
+    """Open collapsed blocks by name (clicking a block in a pane does the same)."""
+    paths = sorted({p for r in rendered.values() if r is not None for p in r.scope_ids.values()})
     opened = list((st.session_state.get(state.GRAPH_OPTS) or {}).get("expanded", ()))
     if not paths and not opened:
         return
     options = sorted(set(paths) | set(opened))
     state.seed("graph_expanded", [p for p in opened if p in options])
-    st.multiselect("Open collapsed blocks", options, key="graph_expanded", on_change=_set_expanded,
-                   help="Blocks are name scopes drawn as one box; open one to see its nodes.")
+    with box:
+        st.multiselect("Open collapsed blocks", options, key="graph_expanded", on_change=_set_expanded,
+                       help="Blocks are name scopes drawn as one box; open one to see its nodes.")
+
+
+# ------------------------------------------------------------------ the page
 
 
 def body() -> None:
     """The Graph page."""
     loaded = common.require_model()
-    st.title("Graph: before and after")
+    st.markdown(_CSS, unsafe_allow_html=True)
+    _focus_from_url()
     result = common.current_pipeline()
-    _controls(result)
     choice = st.session_state.get(state.COMPARE, "current")
     before, after, key, caption = pick_pair(loaded, result, choice)
     diff = cache.diff(key, before, after)
-    st.markdown(caption)
-    common.legend(getattr(diff, "counts", None))
-    _search_box(before, after)
-    stacked = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("stacked"))
+    links = _links(key, not choice.startswith("ort:"), before, after, diff, tuple(_pair_reports(result, choice)))
+    _take_clicks(links)
+    collapse_on = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("collapse", True))
+
+    _header(caption, getattr(diff, "counts", None))
+    view_box, export_box = _toolbar(result, collapse_on)
+
     focus = st.session_state.get(state.FOCUS)
-    clicked = None
-    if stacked:
-        st.markdown("##### Before")
-        clicked = _draw_side(before, diff, "before", key, focus, 520) or clicked
-        st.markdown("##### After")
-        clicked = _draw_side(after, diff, "after", key, focus, 520) or clicked
-    else:
-        left, right = st.columns(2)
-        with left:
-            st.markdown("##### Before")
-            c = _draw_side(before, diff, "before", key, focus, 680)
-            clicked = c or clicked
-        with right:
-            st.markdown("##### After")
-            c = _draw_side(after, diff, "after", key, focus, 680)
-            clicked = c or clicked
-    if clicked is not None:
-        kind, value = clicked
-        if kind == "scope":
-            common.toggle_scope(value)
-            st.rerun()
-        elif value != st.session_state.get(state.SELECTED):
-            st.session_state[state.SELECTED] = value
-    _blocks()
-    with st.expander("Node details", expanded=bool(st.session_state.get(state.SELECTED))):
+    if focus and not (links.has("before", focus) or links.has("after", focus)):
+        # The link stays as it was given (rule 4); "Whole graph" clears it.
+        st.warning(f"No node `{focus}` in this model; showing the whole graph.")
+        focus = None
+    rendered: dict[str, Rendered | None] = {}
+    for side, model in (("before", before), ("after", after)):
+        opts = common.render_options(focus=_side_focus(links, focus, side), max_nodes=max_draw(),
+                                     collapse=collapse_on, auto_collapse=True)
         try:
-            _details(before, after, diff, key)
+            rendered[side] = _render(key, side, opts, model, diff)
+        except errors.FusionvizError as exc:
+            st.error(f"{side.capitalize()}: {exc}")
+            rendered[side] = None
+
+    text = (st.session_state.get("graph_search") or "").strip()
+    hits = {side: matches(links, side, text) for side in SIDES} if text else {}
+    notes = sorted({r.note for r in rendered.values() if r is not None and r.note})
+    first_change = next((k for k, s in (getattr(diff, "status_after", {}) or {}).items() if s != "unchanged"), None)
+    _status_row(text, hits, notes, first_change)
+
+    sel, sel_side = selection(links)
+    cp = links.counterpart(sel_side, sel) if sel and sel_side else None
+    marks = _marks(rendered, cp, hits)
+    if text != st.session_state.get(SEARCH_SEEN, ""):
+        st.session_state[SEARCH_SEEN] = text
+        if text:
+            st.session_state[REVEAL] = f"search:{text}"
+
+    _prepare_layouts(rendered)
+    stacked = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("stacked"))
+    panes = [st.container(), st.container()] if stacked else list(st.columns(2, gap="small"))
+    for pane, side in zip(panes, SIDES, strict=True):
+        with pane, common.guard(f"drawing the {side} graph"):
+            if rendered.get(side) is not None:
+                _draw_pane(side, rendered[side], height=STACKED_HEIGHT if stacked else PANE_HEIGHT,
+                           **marks[side])
+    if cp is not None:
+        shown = len(marks[cp.other_side]["linked_ids"])
+        if cp.others and not shown:
+            st.caption(f"The {len(cp.others)} linked node(s) are not drawn in the {cp.other_side} pane "
+                       "(focus or changed-only hides them).")
+
+    _exports(export_box, loaded, rendered)
+    _blocks(view_box, rendered)
+    with st.expander("Node details: both sides", expanded=bool(sel)):
+        try:
+            _details(before, after, links, key)
         except errors.FusionvizError as exc:
             st.error(str(exc))
+    _focus_to_url()
 
 
 def render() -> None:

@@ -151,7 +151,7 @@ def apply(c: Concept) -> str:
 
 def _show(c: Concept) -> None:
     view = apply(c)
-    common.switch(view)
+    common.switch(view, focus=st.session_state.get(state.FOCUS) if view == "graph" else None)
 
 
 # ------------------------------------------------------------------ guided tour
@@ -168,7 +168,7 @@ def _tour_go(i: int) -> None:
 
 
 def tour_sidebar() -> None:
-    """The tour's current step with next/previous buttons (drawn in every page's sidebar)."""
+    """The tour's current step with next/previous buttons (app.py draws it in every page's sidebar)."""
     i = st.session_state.get(state.TOUR)
     if i is None:
         return

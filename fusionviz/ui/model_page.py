@@ -1,8 +1,16 @@
-"""Model page: pick a sample, upload a model, see its summary, set symbolic input dims once."""
+"""Model page: pick a sample, upload a model, see its summary, and say what the inputs are.
+
+The Inputs section shows fusionviz's input plan (every input's dtype and dims, which dims
+fusionviz chose and why, scalar values it inferred) with widgets to change it: a number per
+free dim, a value per scalar input, and an upload of the user's own inputs (.npz/.npy) that
+becomes an extra verification set. The same inputs drive the passes, verification, the
+benchmark and tune.
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -12,12 +20,22 @@ from fusionviz.ui import cache, common, state
 
 logger = logging.getLogger(__name__)
 
+UPLOAD_SHA = "fv_upload_sha"
+UPLOAD_ERROR = "fv_upload_error"
+
+KIND_WORDS = {
+    "image": "image side (the usual input size)",
+    "seq": "sequence length",
+    "audio": "audio samples (one second at 16 kHz)",
+    "other": "free dim",
+}
+
 
 def _load_sample(name: str) -> None:
     try:
         state.set_model(cache.load_sample(name), {"kind": "sample", "name": name})
     except errors.FusionvizError as exc:
-        st.session_state[state.LOAD_ERROR] = str(exc)
+        st.session_state[state.LOAD_ERROR] = state.scrub(str(exc))
 
 
 def _gallery() -> None:
@@ -27,11 +45,11 @@ def _gallery() -> None:
     if not items:
         st.caption("No sample models are installed (run `make samples`).")
         return
-    origin = st.session_state.get(state.ORIGIN) or {}
+    org = state.origin()
     cols = st.columns(3)
     for i, s in enumerate(items):
         with cols[i % 3].container(border=True):
-            current = origin.get("kind") == "sample" and origin.get("name") == s.name
+            current = org.get("kind") == "sample" and org.get("name") == s.name
             st.markdown(f"**{s.title}**" + ("  :green-badge[:material/check: open]" if current else ""))
             st.caption(s.description)
             st.button("Open" if not current else "Open again", key=f"sample_{s.name}",
@@ -39,28 +57,46 @@ def _gallery() -> None:
                       type="secondary" if current else "primary")
 
 
-def _upload() -> None:
-    up = st.file_uploader("Upload an ONNX model (.onnx, or a .zip of a folder with external data)",
-                          type=["onnx", "zip"], key="upload")
+def _take_upload(up: Any) -> None:
+    """Make an uploaded file the current model (or remember why it was refused)."""
     if up is None:
-        st.session_state["fv_upload_sha"] = None
-        st.session_state["fv_upload_error"] = None
+        st.session_state[UPLOAD_SHA] = None
+        st.session_state[UPLOAD_ERROR] = None
         return
     data = up.getvalue()
     sha = cache.bytes_sha(data)
-    if st.session_state.get("fv_upload_sha") == sha:
+    if st.session_state.get(UPLOAD_SHA) == sha:
         return  # this upload is already the current model (or already failed)
-    st.session_state["fv_upload_sha"] = sha
+    st.session_state[UPLOAD_SHA] = sha
     try:
         loaded = cache.load_bytes(sha, up.name, data)
     except errors.FusionvizError as exc:
-        st.session_state["fv_upload_error"] = str(exc)
+        st.session_state[UPLOAD_ERROR] = state.scrub(str(exc))
         return
-    st.session_state["fv_upload_error"] = None
+    st.session_state[UPLOAD_ERROR] = None
     state.set_model(loaded, {"kind": "upload", "name": loaded.name})
 
 
-def _summary(loaded) -> None:
+def _on_upload() -> None:
+    """Callback: runs before the page, so the sidebar and every section see the new model.
+
+    A new pick in the uploader is the user's choice even when it is the file uploaded before
+    (a sample may have replaced it since)."""
+    st.session_state[UPLOAD_SHA] = None
+    _take_upload(st.session_state.get("upload"))
+
+
+def _upload() -> None:
+    up = st.file_uploader("Upload an ONNX model (.onnx, or a .zip of a folder with external data)",
+                          type=["onnx", "zip"], key="upload", on_change=_on_upload)
+    if up is not None:
+        _take_upload(up)  # no-op when the callback already took it
+    err = st.session_state.get(UPLOAD_ERROR)
+    if err:
+        st.error(err)
+
+
+def _summary(loaded: Any) -> None:
     s = cache.summary(loaded.sha256, loaded.proto)
     cost = None
     try:
@@ -68,7 +104,7 @@ def _summary(loaded) -> None:
     except ImportError:
         pass
     except errors.FusionvizError as exc:
-        st.caption(f"FLOPs not available: {exc}")
+        st.caption(f"FLOPs not available: {state.scrub(str(exc))}")
     c = st.columns(5)
     c[0].metric("Nodes", f"{s.node_count:,}")
     c[1].metric("Parameters", common.fmt_count(s.param_count))
@@ -77,14 +113,10 @@ def _summary(loaded) -> None:
     c[3].metric("FLOPs", common.fmt_count(flops) if flops else "-",
                 help="Multiply-adds count as two FLOPs; common ops only.")
     c[4].metric("Opsets", ", ".join(f"{k.replace('ai.onnx', 'onnx')} {v}" for k, v in s.opsets.items()))
-    st.caption(f"Producer: {s.producer or '-'} · IR {s.ir_version} · source: {loaded.source} · "
+    st.caption(f"Producer: {s.producer or '-'} · IR {s.ir_version} · {state.source_words()} · "
                f"sha256 `{loaded.short_hash}`")
     left, right = st.columns([1, 1])
     with left:
-        st.markdown("**Inputs**")
-        st.dataframe(pd.DataFrame([{"name": i["name"], "dtype": i["dtype"],
-                                    "shape": "[" + ", ".join(map(str, i["shape"])) + "]"}
-                                   for i in s.inputs]), hide_index=True, width="stretch")
         st.markdown("**Outputs**")
         st.dataframe(pd.DataFrame([{"name": o["name"], "dtype": o["dtype"],
                                     "shape": "[" + ", ".join(map(str, o["shape"])) + "]"}
@@ -95,26 +127,192 @@ def _summary(loaded) -> None:
         st.bar_chart(hist.head(25), x="op", y="count", horizontal=True, sort="-count", height=320)
 
 
+# ------------------------------------------------------------------ inputs
+
+
+def _fmt_dims(dims: Any) -> str:
+    if dims is None:
+        return "no shape"
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _how(loaded: Any, plan: Any) -> dict[str, list[str]]:
+    """Per input: one phrase per free dim saying who chose its value and why."""
+    set_by_user = st.session_state.get(state.DIMS) or {}
+    from_data = state.data_dims(loaded)
+    out: dict[str, list[str]] = {}
+    first_seen: dict[str, str] = {}
+    for c in plan.choices:
+        chosen = dict(c.chosen)
+        notes = []
+        for i, d in enumerate(c.declared or ()):
+            if isinstance(d, int):
+                continue
+            key = state.dim_key(c.name, i, d)
+            value = c.dims[i] if i < len(c.dims) else "?"
+            if key in from_data:
+                notes.append(f"{key} = {value}: from your data")
+            elif key in set_by_user:
+                notes.append(f"{key} = {value}: set by you")
+            elif i in chosen:
+                why = KIND_WORDS.get(chosen[i], "free dim")
+                notes.append(f"{key} = {value}: fusionviz, {why}")
+            elif key in first_seen:
+                notes.append(f"{key} = {value}: same as in {first_seen[key]}")
+            else:
+                notes.append(f"{key} = {value}: fusionviz, batch")
+            first_seen.setdefault(key, c.name)
+        out[c.name] = notes
+    return out
+
+
+def _value_text(c: Any) -> str:
+    if c.value is not None:
+        return f"{c.value} ({c.value_note})" if c.value_note else str(c.value)
+    if c.is_mask:
+        return "all ones (a mask)"
+    if c.high is not None:
+        return f"integers in [0, {c.high})"
+    return "random, zeros and large values (one per input set)"
+
+
+def _plan_table(loaded: Any, plan: Any) -> None:
+    how = _how(loaded, plan)
+    rows = []
+    for c in plan.choices:
+        rows.append({"input": c.name, "dtype": c.dtype, "declared": _fmt_dims(c.declared),
+                     "used": _fmt_dims(c.dims), "chosen dims": "; ".join(how.get(c.name) or []) or "all fixed",
+                     "values": _value_text(c)})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
 def _on_dim(name: str) -> None:
     dims = dict(st.session_state.get(state.DIMS) or {})
     dims[name] = int(st.session_state[f"dim_{name}"])
     st.session_state[state.DIMS] = dims
 
 
-def _dims(loaded) -> None:
+def _on_value(name: str) -> None:
+    values = dict(st.session_state.get(state.VALUES) or {})
+    values[name] = st.session_state[f"value_{name}"]
+    st.session_state[state.VALUES] = values
+
+
+def _reset_inputs() -> None:
+    st.session_state[state.DIMS] = {}
+    st.session_state[state.VALUES] = {}
+
+
+def _dims(loaded: Any) -> None:
     sym = state.symbolic_dims(loaded)
     if not sym:
-        st.caption("All input dims are fixed: nothing to set.")
         return
-    st.markdown("**Symbolic input dims** — set once here; passes, verification and the benchmark "
-                "all use these values.")
+    from_data = state.data_dims(loaded)
+    st.markdown("**Free dims**: set once here; passes, verification and the benchmark all use them.")
     cols = st.columns(min(4, len(sym)))
     current = st.session_state.get(state.DIMS) or {}
-    for i, (inp, name, default) in enumerate(sym):
-        state.seed(f"dim_{name}", int(current.get(name, default)))
-        cols[i % len(cols)].number_input(f"{name}  (input {inp})", min_value=1, max_value=100_000,
-                                         step=1, key=f"dim_{name}", on_change=_on_dim, args=(name,))
-    st.caption("Shapes used: " + ", ".join(f"`{k}` = {v}" for k, v in state.shapes().items()))
+    for i, (inp, name, used) in enumerate(sym):
+        state.seed(f"dim_{name}", int(from_data.get(name, current.get(name, used))))
+        cols[i % len(cols)].number_input(
+            f"{name}  (input {inp})", min_value=1, max_value=1_000_000, step=1, key=f"dim_{name}",
+            on_change=_on_dim, args=(name,), disabled=name in from_data,
+            help="Fixed by your inputs file." if name in from_data else None)
+
+
+def _values(plan: Any) -> None:
+    scalars = [c for c in plan.choices if c.declared is not None and len(c.declared) == 0]
+    if not scalars:
+        return
+    st.markdown("**Scalar inputs**: one value each (fusionviz infers one where the model compares "
+                "the input with a constant).")
+    cols = st.columns(min(4, len(scalars)))
+    given = st.session_state.get(state.VALUES) or {}
+    for i, c in enumerate(scalars):
+        key = f"value_{c.name}"
+        col = cols[i % len(cols)]
+        helptext = c.value_note or "No value inferred: the input sets use random, zero and large values."
+        if c.dtype == "bool":
+            state.seed(key, bool(given.get(c.name, c.value if c.value is not None else False)))
+            col.checkbox(f"{c.name} ({c.dtype})", key=key, on_change=_on_value, args=(c.name,), help=helptext)
+        elif c.dtype.startswith(("int", "uint")):
+            state.seed(key, int(given.get(c.name, c.value if c.value is not None else 0)))
+            col.number_input(f"{c.name} ({c.dtype})", step=1, key=key, on_change=_on_value, args=(c.name,),
+                             help=helptext)
+        else:
+            state.seed(key, float(given.get(c.name, c.value if c.value is not None else 0.0)))
+            col.number_input(f"{c.name} ({c.dtype})", key=key, format="%g", on_change=_on_value,
+                             args=(c.name,), help=helptext)
+
+
+def _take_data(up: Any) -> None:
+    from fusionviz.inputs import load_data
+
+    loaded = state.model()
+    if up is None or loaded is None:
+        return
+    try:
+        arrays = load_data(up.getvalue(), up.name, loaded.proto)
+    except errors.FusionvizError as exc:
+        st.session_state[state.DATA_ERROR] = state.scrub(str(exc))
+        return
+    except Exception:  # noqa: BLE001 - a hostile file must cost one line, not the page
+        logger.exception("reading an inputs file failed")
+        st.session_state[state.DATA_ERROR] = f"Could not read {up.name} as .npz/.npy."
+        return
+    st.session_state[state.DATA_ERROR] = None
+    st.session_state[state.DATA] = {"sha": loaded.sha256, "label": up.name, "arrays": arrays}
+
+
+def _on_data() -> None:
+    up = st.session_state.get("inputs_upload")
+    if up is None:
+        st.session_state[state.DATA] = None
+        st.session_state[state.DATA_ERROR] = None
+        return
+    _take_data(up)
+
+
+def _remove_data() -> None:
+    st.session_state[state.DATA] = None
+    st.session_state[state.DATA_ERROR] = None
+
+
+def _data(loaded: Any) -> None:
+    st.file_uploader("Your own inputs (.npz with one array per input name, or .npy for a one-input "
+                     "model): verified as an extra input set", type=["npz", "npy"], key="inputs_upload",
+                     on_change=_on_data)
+    err = st.session_state.get(state.DATA_ERROR)
+    if err:
+        st.error(err)
+    data = state.user_data(loaded)
+    if data:
+        c1, c2 = st.columns([5, 1], vertical_alignment="center")
+        arrays = ", ".join(f"{k} {v.dtype}[{','.join(map(str, v.shape))}]" for k, v in data["arrays"].items())
+        c1.success(f"Using your inputs from **{data['label']}** as the input set 'user': {arrays}.")
+        c2.button("Remove", key="inputs_remove", on_click=_remove_data, icon=":material/close:")
+
+
+def _inputs(loaded: Any) -> None:
+    from fusionviz.inputs import SET_NAMES
+
+    st.subheader("Inputs")
+    inputs = state.input_plan(loaded)
+    if inputs.error:
+        st.error(inputs.error)
+    plan = inputs.plan
+    if plan is not None:
+        _plan_table(loaded, plan)
+        user = state.user_data(loaded)
+        sets = list(SET_NAMES) + (["user"] if user else [])
+        probed = (" fusionviz ran the original model once on these inputs: it runs." if plan.probed else "")
+        st.caption(f"Verification input sets: {', '.join(sets)} (normal: seeded random; zeros; edge: large "
+                   f"magnitudes{'; user: ' + user['label'] if user else ''}).{probed}")
+        _dims(loaded)
+        _values(plan)
+        if st.session_state.get(state.DIMS) or st.session_state.get(state.VALUES):
+            st.button("Back to fusionviz's choices", key="inputs_reset", on_click=_reset_inputs,
+                      icon=":material/restart_alt:")
+    _data(loaded)
 
 
 def body() -> None:
@@ -126,15 +324,13 @@ def body() -> None:
     _gallery()
     st.subheader("Upload")
     _upload()
-    err = st.session_state.get("fv_upload_error")
-    if err:
-        st.error(err)
     loaded = state.model()
     if loaded is None:
         return
     st.subheader(f"Summary: {loaded.name}")
     _summary(loaded)
-    _dims(loaded)
+    with common.guard("planning the inputs"):
+        _inputs(loaded)
     st.divider()
     c1, c2 = st.columns(2)
     if c1.button("See the graph before / after →", key="model_to_graph", type="primary",

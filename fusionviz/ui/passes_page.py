@@ -1,9 +1,18 @@
-"""Passes (what-if) page: every pass as a toggle, presets, live deltas, change list, verification."""
+"""Passes (what-if) page: every pass as a toggle, presets, live deltas, change list, verification,
+exports.
+
+Each pass's outcome is one status (:attr:`fusionviz.passes.pipeline.PassReport.status`):
+applied, unchanged, skipped (nothing it could act on), declined (its result broke the validity
+rule and was rolled back: the reason is shown), failed (it raised: the passes before it are
+named). Verification names the input set and output that failed and lists the sets used.
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from fusionviz import errors
@@ -156,43 +165,114 @@ def _metrics(loaded, result, cols) -> None:
         cols[2].metric("Peak activations (reuse)", "-")
 
 
-def _verify(loaded, result, slot) -> None:
-    names = state.passes()
-    if not names:
+def _verify_metric(v: Any, slot: Any) -> None:
+    if v is None:
         slot.metric("Verification", "—", help="No pass selected: nothing to verify.")
-        return
-    exact = all(p.exact for p in _all() if p.name in names)
-    v = cache.verify(loaded.sha256, tuple(names), state.shapes_key(), exact, result.original, result.final)
-    if v.error:
-        slot.metric("Verification", "not run", help=v.summary())
+    elif v.error:
+        slot.metric("Verification", "not run", help=state.scrub(v.summary()))
     elif v.ok:
         slot.metric("Verification", "equal", f"max rel {v.max_rel_diff:.1e}", delta_color="off",
                     delta_arrow="off", icon=":material/check_circle:", help=v.summary())
     else:
-        slot.metric("Verification", "differs" if not exact else "DIFFERENT",
+        slot.metric("Verification", "differs" if v.report_only else "DIFFERENT",
                     f"max rel {v.max_rel_diff:.1e}", delta_color="off", delta_arrow="off",
-                    icon=":material/warning:" if not exact else ":material/error:", help=v.summary())
+                    icon=":material/warning:" if v.report_only else ":material/error:", help=v.summary())
+
+
+def verify_rows(v: Any) -> pd.DataFrame:
+    """One row per input set and output of a VerifyResult."""
+    return pd.DataFrame([{
+        "input set": o.input_set, "output": o.name, "shape": "[" + ", ".join(map(str, o.shape)) + "]",
+        "max abs": f"{o.max_abs_diff:.2e}", "max rel": f"{o.max_rel_diff:.2e}", "cosine": f"{o.cosine:.6f}",
+        "beyond tolerance": f"{o.mismatches:,} of {o.size:,}" if o.size else "-",
+        "new NaN/Inf": o.new_nonfinite, "verdict": "equal" if o.ok else "differs",
+    } for o in v.outputs])
+
+
+def _verify_box(v: Any) -> None:
+    """The verification verdict: which input set and output failed, the sets used, per-output figures."""
+    st.subheader("Verification")
+    if v is None:
+        st.caption("No pass selected: nothing to verify.")
+        return
+    sets = ", ".join(v.input_sets) or "none"
+    if v.error:
+        st.warning(f"Not verified: {state.scrub(v.error)}")
+    elif v.ok:
+        st.success(f"Equal: every output matches the original on the input sets {sets} "
+                   f"(max abs {v.max_abs_diff:.1e}, max rel {v.max_rel_diff:.1e}; tolerance "
+                   f"atol {v.atol:g} + rtol {v.rtol:g}·|original| + noise floor).")
+    else:
+        fail = v.first_failure
+        text = fail.describe() if fail is not None else v.summary()
+        if v.report_only:
+            st.warning(f"Differs (precision passes change the numbers; reported, not failed): {text}.")
+        else:
+            st.error(f"DIFFERENT: {text}.")
+    st.caption(f"Input sets used: {sets}. Both models run in onnxruntime with its own optimizations off."
+               + "".join(f" Set '{name}' skipped: {why}." for name, why in v.skipped_sets))
+    if v.outputs:
+        with st.expander("Per input set and output", expanded=not v.ok):
+            st.dataframe(verify_rows(v), hide_index=True, width="stretch")
 
 
 def _change_target(ch) -> str | None:
     return (ch.outputs[0] if ch.outputs else None) or (ch.inputs[0] if ch.inputs else None)
 
 
-def _changes(result) -> None:
+STATUS_BADGE = {
+    "applied": ":green-badge[applied]",
+    "unchanged": ":gray-badge[unchanged]",
+    "skipped": ":gray-badge[skipped]",
+    "declined": ":orange-badge[declined]",
+    "failed": ":red-badge[failed]",
+}
+
+
+def _status_summary(result: Any) -> None:
+    """Declined and failed passes, named above the list (they matter without opening it)."""
+    declined = [r for r in result.reports if r.status == "declined"]
+    failed = [r for r in result.reports if r.status == "failed"]
+    for r in declined:
+        st.warning(f"**{r.title}** (`{r.name}`) was declined and rolled back: {state.scrub(r.declined)}. "
+                   "The other passes went on.", icon=":material/undo:")
+    for r in failed:
+        before = ", ".join(r.after) or "no other pass"
+        reason = state.scrub(r.error or "").split(" (after:")[0]
+        st.warning(f"**{r.title}** (`{r.name}`) failed and was skipped (it ran after: {before}): {reason}",
+                   icon=":material/warning:")
+
+
+def _status_line(result: Any) -> None:
+    """One line under the metrics when a pass was declined or failed (details in the list below)."""
+    odd = [r for r in result.reports if r.status in ("declined", "failed")]
+    if odd:
+        names = ", ".join(f"{r.title} ({r.status})" for r in odd)
+        st.warning(f"{names}: the model is as if {'it' if len(odd) == 1 else 'they'} had not run. "
+                   "Why: see *What each pass did* below.", icon=":material/info:")
+
+
+def _changes(result: Any) -> None:
     st.subheader("What each pass did")
     if not result.reports:
         st.caption("No pass selected.")
         return
+    _status_summary(result)
+    counts: dict[str, int] = {}
+    for rep in result.reports:
+        counts[rep.status] = counts.get(rep.status, 0) + 1
+    st.caption(" · ".join(f"{n} {k}" for k, n in counts.items()))
     for k, rep in enumerate(result.reports, start=1):
         n = len(rep.changes)
-        head = (f"{k}. {rep.title} — {n} change{'s' if n != 1 else ''} · nodes {rep.nodes_before} → "
-                f"{rep.nodes_after} · {rep.seconds * 1000:.0f} ms")
-        if rep.error:
-            head += " · :material/warning: skipped"
+        head = (f"{k}. {rep.title} {STATUS_BADGE.get(rep.status, rep.status)} — {n} change{'s' if n != 1 else ''}"
+                f" · nodes {rep.nodes_before} → {rep.nodes_after} · {rep.seconds * 1000:.0f} ms")
         with st.expander(head, expanded=False):
-            if rep.error:
-                st.warning(f"This pass failed and was skipped: {rep.error}")
-            if not n:
+            if rep.status == "failed":
+                st.warning(f"This pass failed and was skipped (it ran after: {', '.join(rep.after) or 'no other pass'}): "
+                           f"{state.scrub(rep.error or '').split(' (after:')[0]}")
+            elif rep.status == "declined":
+                st.warning(f"Declined: {state.scrub(rep.declined or '')}. The pass's result was rolled back.")
+            elif not n:
                 st.caption(f"Found nothing to change in this model ({rep.note})." if rep.note
                            else "Found nothing to change in this model.")
             for j, ch in enumerate(rep.changes[:60]):
@@ -204,9 +284,9 @@ def _changes(result) -> None:
                     st.session_state[state.FOCUS] = target
                     st.session_state[state.SELECTED] = target
                     st.session_state[state.COMPARE] = f"step:{k}"
-                    common.switch("graph")
+                    common.switch("graph", focus=target)
             if n > 60:
-                st.caption(f"... and {n - 60} more (download the full report on the Benchmark page).")
+                st.caption(f"... and {n - 60} more (download the report below for all of them).")
 
 
 def _graph(loaded, result) -> None:
@@ -226,7 +306,7 @@ def _graph(loaded, result) -> None:
         if st.button(f"Details of {value} on the Graph page", key="passes_to_graph",
                      icon=":material/arrow_forward:"):
             st.session_state[state.FOCUS] = value
-            common.switch("graph")
+            common.switch("graph", focus=value)
 
 
 def body() -> None:
@@ -245,6 +325,7 @@ def body() -> None:
                     delta_color="inverse")
     for i, label in ((1, "Intermediate tensors"), (2, "Peak activations (reuse)"), (3, "Verification")):
         slots[i].metric(label, "…")
+    _status_line(result)
     left, right = st.columns([2, 3])
     with left:
         _toggles()
@@ -254,9 +335,24 @@ def body() -> None:
         _metrics(loaded, result, slots)
     with common.guard("listing the changes"):
         _changes(result)
+    v = None
     with common.guard("verifying"):
-        _verify(loaded, result, slots[3])
+        v = common.verification(loaded, result)
+        _verify_metric(v, slots[3])
+        _verify_box(v)
+    with common.guard("preparing the downloads"):
+        st.subheader("Export")
+        bench = st.session_state.get(state.BENCH)
+        common.exports(loaded, result, v, bench if _bench_matches(bench, loaded) else None)
     _prefetch(loaded, result)
+
+
+def _bench_matches(bench: dict | None, loaded: Any) -> bool:
+    """Whether a stored benchmark measured this model and this pass selection."""
+    if not bench:
+        return False
+    ctx = bench.get("context") or {}
+    return ctx.get("sha256") == loaded.sha256 and list(ctx.get("passes") or []) == state.passes()
 
 
 def _prefetch(loaded, result) -> None:

@@ -1,4 +1,4 @@
-"""Session state: one guarded init, the current model, selected passes, shapes, query params.
+"""Session state: one guarded init, the current model, selected passes, inputs, query params.
 
 Rules:
 
@@ -7,16 +7,25 @@ Rules:
    persistent key before the widget is drawn (``seed``) and its ``on_change`` callback writes
    back, because Streamlit deletes a widget's key on any run where the widget is not drawn
    (e.g. after a page switch).
-2. The model to open on comes from, in order: the URL (``?sample=NAME&passes=a,b``), the command
-   line (``streamlit run app.py -- --sample NAME | --model PATH``), the default sample
-   (``resnet_ts``, else the first sample, else onnx's shipped light ResNet-50).
-3. After every run the URL mirrors the sample and the passes (``sync_query_params``), so a
-   view can be shared by copying the address.
+2. The model to open on comes from, in order: the URL (``?sample=NAME`` or ``?model=REF``, REF
+   naming a model this server already holds: an upload or the command line's model), the
+   command line (``streamlit run app.py -- --sample NAME | --model PATH``), the default sample
+   (``resnet_ts``, else the first sample, else onnx's shipped light ResNet-50). A link to a model
+   the server no longer has opens the default sample and says so.
+3. After every run the URL mirrors the model (``sample`` or ``model``), the passes and the
+   benchmark's onnxruntime level (``level``), so a view can be shared by copying the address
+   (``sync_query_params``). Only these keys are written; any other query parameter (the Graph
+   page's ``focus``) is left alone.
+4. What the user says about the inputs (symbolic dims, scalar values, an uploaded .npz/.npy)
+   is one :class:`fusionviz.inputs.InputSpec` (``input_spec``); the plan made from it
+   (``input_plan``: fusionviz's choices for the rest, probed on the original model) drives the
+   pipeline's input shapes, verification, the benchmark and tune alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
@@ -24,8 +33,10 @@ from typing import Any
 
 import streamlit as st
 
-from fusionviz import errors, model_io, samples
+from fusionviz import errors, samples
+from fusionviz.inputs import InputPlan, InputSpec, declared_dims, graph_inputs
 from fusionviz.model_io import LoadedModel
+from fusionviz.ui import cache
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +46,10 @@ DEFAULT_SAMPLE = "resnet_ts"
 MODEL = "fv_model"  # LoadedModel | None
 ORIGIN = "fv_origin"  # {"kind": "sample"|"upload"|"path"|"light", "name": str}
 PASSES = "fv_passes"  # list[str], canonical order
-DIMS = "fv_dims"  # {dim_param: int}: values for symbolic input dims
+DIMS = "fv_dims"  # {dim key: int}: values the user set for free input dims
+VALUES = "fv_values"  # {input name: number}: values the user set for scalar inputs
+DATA = "fv_data"  # {"sha": model sha256, "label": file name, "arrays": {input: ndarray}} | None
+DATA_ERROR = "fv_data_error"  # one line about a rejected inputs file, or None
 FOCUS = "fv_focus"  # node name to focus the graph on, or None
 SELECTED = "fv_selected"  # node whose details are shown, or None
 COMPARE = "fv_compare"  # "current" | "step:K" | "ort:LEVEL"
@@ -45,6 +59,16 @@ BENCH_JOB = "fv_bench_job"  # a running benchmark job
 TOUR = "fv_tour"  # index of the guided-tour step, or None when the tour is off
 LOAD_ERROR = "fv_load_error"  # a startup load error to show once
 MESSAGE = "fv_message"  # one-line info to show once on the next page (e.g. after a preset)
+WIDGETS = "fv_widgets"  # {widget key: value} for widgets whose value must survive page switches
+
+# Query parameters this module owns (rule 3).
+QP_SAMPLE = "sample"
+QP_MODEL = "model"
+QP_PASSES = "passes"
+QP_LEVEL = "level"
+OWN_PARAMS = (QP_SAMPLE, QP_MODEL, QP_PASSES, QP_LEVEL)
+LEVEL_WIDGET = "bench_level"
+LEVELS = ("off", "basic", "extended", "layout", "all")
 
 _DEFAULT_GRAPH_OPTS = {"hops": 2, "collapse": True, "changed_only": False, "stacked": False}
 
@@ -92,14 +116,10 @@ def canonical(names: Sequence[str]) -> list[str]:
     return [p.name for p in all_passes() if p.name in wanted]
 
 
-def _first_model(cli: dict[str, str | None], qp_sample: str | None) -> tuple[LoadedModel, dict]:
-    from fusionviz.ui import cache
-
+def _default_model(cli: dict[str, str | None]) -> tuple[LoadedModel, dict]:
     available = samples.sample_names()
-    if qp_sample and qp_sample in available:
-        return cache.load_sample(qp_sample), {"kind": "sample", "name": qp_sample}
     if cli.get("model"):
-        loaded = model_io.load_path(cli["model"])
+        loaded = cache.load_path(cli["model"])
         return loaded, {"kind": "path", "name": loaded.name}
     wanted = cli.get("sample") or DEFAULT_SAMPLE
     if wanted in available:
@@ -115,6 +135,27 @@ def _first_model(cli: dict[str, str | None], qp_sample: str | None) -> tuple[Loa
     return loaded, {"kind": "light", "name": light[0].name}
 
 
+def _first_model(cli: dict[str, str | None], qp_sample: str | None,
+                 qp_model: str | None = None) -> tuple[LoadedModel, dict, str | None]:
+    """Rule 2: (model, origin, message for the user or None)."""
+    if qp_model:
+        held = cache.held_model(qp_model)
+        if held is not None:
+            return held[0], dict(held[1]), None
+        loaded, origin = _default_model({"sample": cli.get("sample")})
+        return loaded, origin, (f"The model in this link is no longer on this server (uploads are kept "
+                                f"while the server runs, {cache.HELD_MODELS} at most); opened the sample "
+                                f"'{origin['name']}' instead. Upload the model again on the Model page.")
+    if qp_sample:
+        if qp_sample in samples.sample_names():
+            return cache.load_sample(qp_sample), {"kind": "sample", "name": qp_sample}, None
+        loaded, origin = _default_model(cli)
+        return loaded, origin, (f"There is no sample '{qp_sample}' on this server; opened "
+                                f"'{origin['name']}' instead.")
+    loaded, origin = _default_model(cli)
+    return loaded, origin, None
+
+
 def init(argv: Sequence[str] | None = None) -> None:
     """Create every persistent key once per session (rule 1) and open the first model (rule 2)."""
     ss = st.session_state
@@ -124,6 +165,9 @@ def init(argv: Sequence[str] | None = None) -> None:
     ss[ORIGIN] = {"kind": "none", "name": ""}
     ss[PASSES] = []
     ss[DIMS] = {}
+    ss[VALUES] = {}
+    ss[DATA] = None
+    ss[DATA_ERROR] = None
     ss[FOCUS] = None
     ss[SELECTED] = None
     ss[COMPARE] = "current"
@@ -133,17 +177,30 @@ def init(argv: Sequence[str] | None = None) -> None:
     ss[TOUR] = None
     ss[LOAD_ERROR] = None
     ss[MESSAGE] = None
+    ss.setdefault(WIDGETS, {})
     qp = st.query_params
     try:
-        loaded, origin = _first_model(parse_cli(argv), qp.get("sample"))
+        loaded, origin, message = _first_model(parse_cli(argv), qp.get(QP_SAMPLE), qp.get(QP_MODEL))
         set_model(loaded, origin)
-        if "passes" in qp:
-            ss[PASSES] = canonical([n for n in qp.get("passes", "").split(",") if n])
+        if QP_PASSES in qp and message is None:
+            ss[PASSES] = canonical([n for n in qp.get(QP_PASSES, "").split(",") if n])
+        if message:
+            ss[MESSAGE] = message
     except errors.FusionvizError as exc:
-        ss[LOAD_ERROR] = str(exc)
+        ss[LOAD_ERROR] = scrub(str(exc))
     except Exception:  # noqa: BLE001 - never a traceback on the first screen
         logger.exception("opening the first model failed")
         ss[LOAD_ERROR] = "The first model could not be opened; pick a sample or upload a model."
+    level = qp.get(QP_LEVEL)
+    if level in LEVELS:
+        ss[WIDGETS][LEVEL_WIDGET] = level
+
+
+def scrub(text: str) -> str:
+    """``text`` with every absolute path cut to its file name (no server paths reach the user)."""
+    import re
+
+    return re.sub(r"(?<![\w.:/])(?:/[^\s/'\"`:;,()]+)+/([^\s/'\"`:;,()]+)", r"\1", text)
 
 
 def set_model(loaded: LoadedModel, origin: dict, passes: Sequence[str] | None = None) -> None:
@@ -153,16 +210,33 @@ def set_model(loaded: LoadedModel, origin: dict, passes: Sequence[str] | None = 
     ss[ORIGIN] = dict(origin)
     ss[PASSES] = canonical(passes) if passes is not None else default_passes()
     ss[DIMS] = {}
+    ss[VALUES] = {}
+    ss[DATA] = None
+    ss[DATA_ERROR] = None
     ss[FOCUS] = None
     ss[SELECTED] = None
     ss[COMPARE] = "current"
     ss[BENCH] = None
     ss[LOAD_ERROR] = None
+    if origin.get("kind") != "sample":
+        cache.hold_model(loaded, origin)
 
 
 def model() -> LoadedModel | None:
     """The current model, or None."""
     return st.session_state.get(MODEL)
+
+
+def origin() -> dict:
+    """Where the current model came from: ``{"kind", "name"}``."""
+    return dict(st.session_state.get(ORIGIN) or {})
+
+
+def source_words(org: dict | None = None) -> str:
+    """The model's origin in words, without any path."""
+    org = org if org is not None else origin()
+    return {"sample": "sample", "upload": "upload", "path": "file given to the server",
+            "light": "onnx's bundled model"}.get(org.get("kind", ""), "")
 
 
 def passes() -> list[str]:
@@ -177,57 +251,146 @@ def set_passes(names: Sequence[str]) -> None:
         st.session_state[COMPARE] = "current"
 
 
-def symbolic_dims(loaded: LoadedModel) -> list[tuple[str, str, int]]:
-    """Symbolic dims of the model's inputs: (input name, dim name, default value)."""
-    from fusionviz.inputs import DEFAULT_SEQ_LEN, graph_inputs
+# ------------------------------------------------------------------ inputs (rule 4)
 
-    out: list[tuple[str, str, int]] = []
-    seen: set[str] = set()
+
+def dim_key(input_name: str, index: int, declared: int | str | None) -> str:
+    """The name a free dim is set by: its symbolic name, else ``input[index]``."""
+    return declared if isinstance(declared, str) and declared else f"{input_name}[{index}]"
+
+
+def free_dims(loaded: LoadedModel) -> list[tuple[str, int, str]]:
+    """Free (symbolic or unknown) dims of the model's inputs: (input name, dim index, dim key)."""
+    out = []
     for vi in graph_inputs(loaded.proto):
-        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        if not vi.type.HasField("tensor_type"):
             continue
-        for i, d in enumerate(vi.type.tensor_type.shape.dim):
-            if d.HasField("dim_value") and d.dim_value > 0:
+        declared = declared_dims(vi)
+        for i, d in enumerate(declared or ()):
+            if not isinstance(d, int):
+                out.append((vi.name, i, dim_key(vi.name, i, d)))
+    return out
+
+
+def user_data(loaded: LoadedModel | None = None) -> dict | None:
+    """The uploaded inputs file of the current model: ``{"label", "arrays", "sha"}``, or None."""
+    loaded = loaded or model()
+    data = st.session_state.get(DATA)
+    if loaded is None or not data or data.get("sha") != loaded.sha256:
+        return None
+    return data
+
+
+def data_dims(loaded: LoadedModel) -> dict[str, int]:
+    """Free dims fixed by the uploaded data's array shapes (dim key -> size)."""
+    data = user_data(loaded)
+    if not data:
+        return {}
+    out: dict[str, int] = {}
+    arrays = data["arrays"]
+    for vi in graph_inputs(loaded.proto):
+        arr = arrays.get(vi.name)
+        declared = declared_dims(vi)
+        if arr is None or declared is None or len(declared) != arr.ndim:
+            continue
+        for i, d in enumerate(declared):
+            if not isinstance(d, int):
+                out.setdefault(dim_key(vi.name, i, d), int(arr.shape[i]))
+    return out
+
+
+def input_spec(loaded: LoadedModel | None = None) -> InputSpec:
+    """Rule 4: the InputSpec from the Model page's widgets and upload.
+
+    An input gets an explicit shape only when the user set one of its free dims (or the
+    uploaded data fixes one); its other free dims keep fusionviz's choice. Inputs that are in
+    the data file take the data's shape.
+    """
+    loaded = loaded or model()
+    if loaded is None:
+        return InputSpec()
+    data = user_data(loaded)
+    arrays = dict(data["arrays"]) if data else None
+    names = {vi.name for vi in graph_inputs(loaded.proto)}
+    values = {k: v for k, v in (st.session_state.get(VALUES) or {}).items() if k in names}
+    given = {**(st.session_state.get(DIMS) or {}), **data_dims(loaded)}
+    base_spec = InputSpec(values=values, data=arrays, data_label=data["label"] if data else "")
+    shapes: dict[str, tuple[int, ...]] = {}
+    if given:
+        base, _ = cache.input_plan(loaded.sha256, base_spec.key(), False, loaded.proto, base_spec)
+        base_dims = {c.name: c.dims for c in base.choices} if base is not None else {}
+        for vi in graph_inputs(loaded.proto):
+            declared = declared_dims(vi)
+            if declared is None or (arrays and vi.name in arrays):
                 continue
-            name = d.dim_param or f"{vi.name}[{i}]"
-            if name in seen:
+            keys = [dim_key(vi.name, i, d) for i, d in enumerate(declared) if not isinstance(d, int)]
+            if not any(k in given for k in keys):
                 continue
-            seen.add(name)
-            low = name.lower()
-            default = DEFAULT_SEQ_LEN if any(k in low for k in ("seq", "len", "token")) else 1
-            out.append((vi.name, name, default))
+            fallback = base_dims.get(vi.name) or ()
+            dims = []
+            for i, d in enumerate(declared):
+                if isinstance(d, int):
+                    dims.append(d)
+                else:
+                    k = dim_key(vi.name, i, d)
+                    dims.append(int(given.get(k, fallback[i] if i < len(fallback) else 1)))
+            shapes[vi.name] = tuple(dims)
+    return dataclasses.replace(base_spec, shapes=shapes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """The inputs of the current model: what the user said, the plan, and why there is none.
+
+    Attributes:
+        spec: what the user said.
+        plan: the plan (probed on the original when fusionviz chose something), or None.
+        error: one line when the plan could not be made or the model does not run on it.
+    """
+
+    spec: InputSpec
+    plan: InputPlan | None
+    error: str | None
+
+    @property
+    def key(self) -> tuple:
+        """Hashable identity for cache keys (spec key)."""
+        return self.spec.key()
+
+
+def input_plan(loaded: LoadedModel | None = None) -> Inputs:
+    """Rule 4: the current inputs (cached per model and spec)."""
+    loaded = loaded or model()
+    spec = input_spec(loaded)
+    if loaded is None:
+        return Inputs(spec, None, None)
+    plan, error = cache.input_plan(loaded.sha256, spec.key(), True, loaded.proto, spec)
+    return Inputs(spec, plan, error)
+
+
+def pipeline_shapes(plan: InputPlan | None) -> dict[str, list[int]]:
+    """Dims the pipeline fixes: every input with a free dim gets the plan's concrete dims."""
+    if plan is None:
+        return {}
+    out = {}
+    for c in plan.choices:
+        if c.declared is None:
+            if c.dims:
+                out[c.name] = list(c.dims)
+        elif any(not isinstance(d, int) for d in c.declared):
+            out[c.name] = list(c.dims)
     return out
 
 
 def shapes() -> dict[str, list[int]]:
-    """Concrete shapes for inputs with symbolic dims, from the values set on the Model page.
+    """Concrete shapes of the inputs with free dims (the pipeline's ``shapes``).
 
-    Empty when the model has no symbolic dims (then nothing needs overriding).
+    Empty when the model has no free dims (then nothing needs overriding).
     """
-    from fusionviz.inputs import graph_inputs
-
     loaded = model()
-    if loaded is None:
+    if loaded is None or not free_dims(loaded):
         return {}
-    dims = st.session_state.get(DIMS, {})
-    out: dict[str, list[int]] = {}
-    for vi in graph_inputs(loaded.proto):
-        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
-            continue
-        resolved: list[int] = []
-        symbolic = False
-        for i, d in enumerate(vi.type.tensor_type.shape.dim):
-            if d.HasField("dim_value") and d.dim_value > 0:
-                resolved.append(int(d.dim_value))
-                continue
-            symbolic = True
-            name = d.dim_param or f"{vi.name}[{i}]"
-            low = name.lower()
-            default = 32 if any(k in low for k in ("seq", "len", "token")) else 1
-            resolved.append(int(dims.get(name, default)))
-        if symbolic:
-            out[vi.name] = resolved
-    return out
+    return pipeline_shapes(input_plan(loaded).plan)
 
 
 def shapes_key() -> tuple:
@@ -235,27 +398,64 @@ def shapes_key() -> tuple:
     return tuple(sorted((k, tuple(v)) for k, v in shapes().items()))
 
 
+def symbolic_dims(loaded: LoadedModel) -> list[tuple[str, str, int]]:
+    """Free dims of the model's inputs, once per dim key: (input name, dim key, value in use)."""
+    plan = input_plan(loaded).plan
+    used = {c.name: c.dims for c in plan.choices} if plan is not None else {}
+    out: list[tuple[str, str, int]] = []
+    seen: set[str] = set()
+    for name, i, key in free_dims(loaded):
+        if key in seen:
+            continue
+        seen.add(key)
+        dims = used.get(name) or ()
+        out.append((name, key, int(dims[i]) if i < len(dims) else 1))
+    return out
+
+
+# ------------------------------------------------------------------ widgets and the URL
+
+
 def seed(widget_key: str, value: Any) -> None:
     """Rule 1: set a widget's value from persistent state before the widget is drawn."""
     st.session_state[widget_key] = value
 
 
+def model_ref(loaded: LoadedModel) -> str:
+    """The ``?model=`` value naming a model this server holds."""
+    return loaded.sha256[: cache.REF_LEN]
+
+
+def wanted_params() -> dict[str, str | None]:
+    """Rule 3: the value each owned query parameter should have (None: absent)."""
+    org = origin()
+    loaded = model()
+    want: dict[str, str | None] = dict.fromkeys(OWN_PARAMS)
+    if loaded is None:
+        return want
+    if org.get("kind") == "sample":
+        want[QP_SAMPLE] = org["name"]
+    else:
+        want[QP_MODEL] = model_ref(loaded)
+    want[QP_PASSES] = ",".join(passes())
+    level = (st.session_state.get(WIDGETS) or {}).get(LEVEL_WIDGET)
+    if level in LEVELS:
+        want[QP_LEVEL] = level
+    return want
+
+
 def sync_query_params() -> None:
-    """Rule 3: mirror the sample and passes in the URL (only for samples: uploads have no name)."""
+    """Rule 3: mirror the model, passes and level in the URL; other parameters stay as they are."""
     try:
-        origin = st.session_state.get(ORIGIN) or {}
         qp = st.query_params
-        if origin.get("kind") == "sample":
-            want = {"sample": origin["name"], "passes": ",".join(passes())}
-            if any(qp.get(k) != v for k, v in want.items()):
-                qp.update(want)
-        elif "sample" in qp:
-            qp.clear()
+        for key, value in wanted_params().items():
+            if value is None:
+                if key in qp:
+                    del qp[key]
+            elif qp.get(key) != value:
+                qp[key] = value
     except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
         logger.debug("query params not updated", exc_info=True)
-
-
-WIDGETS = "fv_widgets"  # {widget key: value} for widgets whose value must survive page switches
 
 
 def _store(key: str) -> None:

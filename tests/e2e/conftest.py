@@ -6,6 +6,7 @@ is missing the tests skip, unless ``FUSIONVIZ_REQUIRE_BROWSER=1`` (``make test``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -42,8 +43,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(port: int, *app_args: str, log_path: Path | None = None) -> subprocess.Popen:
-    """Start ``streamlit run app.py`` in its own process group and wait for its health endpoint."""
+def start_server(port: int, *app_args: str, log_path: Path | None = None,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``streamlit run app.py`` in its own process group and wait for its health endpoint.
+
+    ``env`` adds environment variables for the server (and the processes it starts).
+    """
     streamlit = Path(sys.executable).with_name("streamlit")
     cmd = [str(streamlit) if streamlit.exists() else shutil.which("streamlit") or "streamlit",
            "run", "app.py", "--server.port", str(port), "--server.headless", "true",
@@ -51,7 +56,9 @@ def start_server(port: int, *app_args: str, log_path: Path | None = None) -> sub
     if app_args:
         cmd += ["--", *app_args]
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    full_env = {**os.environ, **env} if env else None
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=full_env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -113,3 +120,114 @@ def page(browser):
     p.set_default_timeout(60_000)
     yield p
     ctx.close()
+
+
+# ------------------------------------------------------------------ helpers for the daily-use tests
+
+SCREENS = ROOT / "artifacts" / "screens"
+
+
+def screenshot(page, name: str, *, full_page: bool = False) -> Path:
+    """Save ``artifacts/screens/<name>.png`` and return its path."""
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    path = SCREENS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    return path
+
+
+def assert_clean(page) -> None:
+    """No traceback, no Streamlit exception box and no 'Page not found' anywhere on the page."""
+    assert page.locator('[data-testid="stException"]').count() == 0, "a traceback reached the page"
+    text = page.inner_text("body")
+    assert "Traceback (most recent call last)" not in text
+    assert "Page not found" not in text, "Streamlit said 'Page not found'"
+
+
+IDLE_JS = """
+() => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  const state = app ? app.getAttribute('data-test-script-state') : 'initial';
+  const skeletons = document.querySelectorAll('[data-testid="stSkeleton"]').length;
+  return state === 'notRunning' && skeletons === 0;
+}
+"""
+
+
+def wait_idle(page, timeout_s: float = 120) -> None:
+    """Wait until the app's script run has finished and every element is drawn (no skeletons),
+    twice in a row 0.3 s apart (a rerun may follow a run)."""
+    deadline = time.monotonic() + timeout_s
+    page.wait_for_timeout(300)
+    calm = 0
+    while time.monotonic() < deadline:
+        calm = calm + 1 if page.evaluate(IDLE_JS) else 0
+        if calm >= 2:
+            return
+        page.wait_for_timeout(300)
+    raise AssertionError(f"the app was still running after {timeout_s} s")
+
+
+def nav(page, title: str) -> None:
+    """Go to another page through the sidebar (same session)."""
+    page.locator('[data-testid="stSidebarNavLink"]', has_text=title).first.click()
+    wait_idle(page)
+
+
+@contextlib.contextmanager
+def fresh_server(*app_args: str, name: str = "fresh", env: dict[str, str] | None = None):
+    """A server of its own (a fresh process: empty caches, no session yet); yields its base URL."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    proc = start_server(port, *app_args, log_path=ARTIFACTS / f"server-{name}.log", env=env)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_server(proc)
+
+
+TEST_PASSES = '''"""A pass for tests only: its result breaks the model's signature, so the pipeline declines it."""
+
+import onnx_ir as ir
+
+from fusionviz.passes.base import Category, Pass
+
+
+class BreakSignature(Pass):
+    name = "test_break_signature"
+    title = "Test: rename the first output"
+    category = Category.SIMPLIFY
+    explain = "Renames the graph's first output: the validity rule must decline it."
+    order = 199
+
+    def transform(self, model):
+        out = model.graph.outputs[0]
+        node = ir.node("Identity", inputs=[out], name="test_break_signature")
+        new = node.outputs[0]
+        new.name = f"{out.name}_renamed"
+        new.dtype, new.shape = out.dtype, out.shape
+        model.graph.append(node)
+        model.graph.outputs[0] = new
+        return None
+
+
+PASSES = [BreakSignature]
+'''
+
+SITECUSTOMIZE = '''try:  # tests only: register the declining test pass in every process of the server
+    from fusionviz.passes import registry
+
+    registry._MODULES = (*registry._MODULES, "fv_test_passes")
+except Exception:  # noqa: BLE001
+    pass
+'''
+
+
+def declining_pass_env(folder: Path) -> dict[str, str]:
+    """Environment for a server whose registry holds ``test_break_signature``, a pass whose
+    result the validity rule declines (a real pass that breaks the rule is a bug that gets
+    fixed, so tests bring their own)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "fv_test_passes.py").write_text(TEST_PASSES)
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    path = os.pathsep.join([str(folder), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return {"PYTHONPATH": path.rstrip(os.pathsep)}

@@ -71,10 +71,10 @@ def test_cap_holds_on_5000_nodes(monkeypatch):
     m = transformer_with_nodes(5000)
     assert len(m.graph.node) >= 5000
     r = render_graph(m)
-    assert r.drawn == 400 and r.total == len(m.graph.node)
-    assert r.note and "showing 400" in r.note and f"{r.total:,} nodes" in r.note
+    assert r.drawn == 4000 and r.total == len(m.graph.node)
+    assert r.note and "showing 4,000" in r.note and f"{r.total:,} nodes" in r.note
     g = parse_dot(r.dot)
-    assert len(op_nodes(g)) == 400
+    assert len(op_nodes(g)) == 4000
     monkeypatch.setenv("FUSIONVIZ_MAX_DRAW_NODES", "50")
     r50 = render_graph(m)
     assert r50.drawn == 50
@@ -82,3 +82,39 @@ def test_cap_holds_on_5000_nodes(monkeypatch):
     assert small.drawn <= 20 and small.note is None  # auto-open stays within the cap
     rc = render_graph(m, options=RenderOptions(collapse=True, max_nodes=20, expanded=("encoder",)))
     assert rc.drawn == 20 and "expand fewer scopes" in rc.note
+
+
+def test_three_thousand_nodes_drawn_uncapped_by_default():
+    m = transformer_with_nodes(3000, scoped=False)
+    r = render_graph(m)
+    assert r.drawn == r.total == len(m.graph.node) >= 3000 and r.note is None
+    # flat names: collapsing has no scope to fold, every node stays drawn
+    rc = render_graph(m, options=RenderOptions(collapse=True, auto_collapse=True))
+    assert rc.drawn == r.total and not rc.scope_ids and not rc.auto_collapsed
+
+
+def test_twenty_thousand_nodes_collapse_automatically():
+    m = transformer_with_nodes(20000)
+    r = render_graph(m, options=RenderOptions(auto_collapse=True, legend=False))
+    assert r.auto_collapsed and r.total >= 20000
+    assert 100 < r.drawn <= 1000 and "encoder/layer.7" in r.scope_ids.values()
+    assert r.note and "collapsed into blocks" in r.note and "focus a node" in r.note
+    # every node maps to what stands for it in the drawing (its block)
+    assert r.item_ids["/encoder/layer.7/attention/self/Softmax"] == next(
+        k for k, v in r.scope_ids.items() if v == "encoder/layer.7")
+    # without auto-collapse the cap cuts, and says so
+    cut = render_graph(m, options=RenderOptions(legend=False))
+    assert cut.drawn == 4000 and "collapse or focus" in cut.note
+    # a focus draws a neighbourhood whatever the size
+    f = render_graph(m, options=RenderOptions(focus="/encoder/layer.300/attention/self/Softmax", hops=2,
+                                              auto_collapse=True))
+    assert 3 <= f.drawn <= 10 and not f.auto_collapsed
+
+
+def test_one_scope_for_everything_is_opened():
+    """A model whose every node sits in one scope (``p2o.*``) is drawn node by node, not as a box."""
+    m = transformer_model(2, scoped=False)
+    for n in m.graph.node:
+        n.name = "p2o." + n.name.replace(".", "_")
+    r = render_graph(m, options=RenderOptions(collapse=True))
+    assert not r.scope_ids and r.drawn == len(m.graph.node)

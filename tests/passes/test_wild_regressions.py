@@ -184,6 +184,16 @@ def test_fp16_never_turns_epsilon_into_inf_on_zero_input(consumer):
     np.testing.assert_allclose(got, ref, rtol=1e-3)  # the guarded path stays fp32
 
 
+@pytest.mark.parametrize("consumer", ["Log", "Sqrt", "Div", "Pow"])
+@pytest.mark.parametrize("pass_name", ["int8_dynamic", "int8_static"])
+def test_int8_never_quantizes_epsilon_away(pass_name, consumer):
+    # QDQ around the Add rounds x + 1e-10 to the activation's step: 0 where x is 0
+    model = _eps_model(consumer)
+    result = passes(model, pass_name)
+    sess = assert_valid(result.original, result.final)
+    assert np.all(np.isfinite(sess.run(None, feeds(model, zeros=True))[0]))
+
+
 def test_fp16_keeps_constant_beyond_fp16_range_exact():
     # 1e5 does not fit fp16 (max 65504); the converter would clamp the divisor to 65504
     model = parse("""
@@ -318,6 +328,38 @@ g (float[4] x) => (float[4] y) {
     assert_same(result.original, result.final)
 
 
+def test_constant_folding_never_leaves_a_dead_branch_that_fails_shape_inference():
+    # silero-vad: the 8 kHz path (a branch on a run-time input) cannot run with 16 kHz frames;
+    # while its shapes were unknown the checker accepted it. Folding inside it makes the Pad's
+    # shape known, and the Squeeze of a size-6 axis fails inference: fold the main graph only.
+    model = parse("""
+<ir_version: 8, opset_import: ["": 17]>
+g (float[1,4] x, bool k, bool k2) => (float[1,4] z) {
+  z = If (k) <
+    then_branch = t () => (float[1,4] o) { o = Neg (x) },
+    else_branch = e () => (float[1,4] o2) {
+      pf = Constant <value = float[4] {0, 1, 0, 1}> ()
+      pc = Cast <to = 7> (pf)
+      pi = Abs (pc)
+      px = Pad (x, pi)
+      q = If (k2) <
+        then_branch = t2 () => (float[1,4] o3) {
+          ax = Constant <value = int64[1] {1}> ()
+          sq = Squeeze (px, ax)
+          s4 = Constant <value = int64[2] {1, 4}> ()
+          o3 = Reshape (sq, s4)
+        },
+        else_branch = e2 () => (float[1,4] o4) { o4 = Abs (x) }
+      >
+      o2 = Identity (q)
+    }
+  >
+}""")
+    result = passes(model, "constant_folding")
+    for k in (True, False):
+        assert_same(result.original, result.final, fixed={"k": np.array(k), "k2": np.array(False)})
+
+
 # --------------------------------------------------------------------------- 3. renames
 
 
@@ -403,6 +445,7 @@ def test_skip_layernorm_fusion_never_duplicates_unused_output_names():
     model = _two_residual_layernorms()
     result = passes(model, "skip_layernorm_fusion")
     assert ops(result.final).count("SkipLayerNormalization") == 2
+    assert {o.domain: o.version for o in result.final.opset_import}.get("com.microsoft") == 1
     assert_same(result.original, result.final)
 
 
@@ -607,6 +650,47 @@ g (float[1,3,2,2] x) => (float[1,12] y) {
     assert_same(result.original, result.final)
 
 
+def test_constant_folding_never_keeps_an_output_size_the_graph_does_not_make():
+    # an export declared the example's length (99) for a dynamic dim; folding the Reshape
+    # target makes the real size (12) computable, and the declaration then contradicts it
+    model = parse("""
+<ir_version: 8, opset_import: ["": 13]>
+g (float[2,3,4] x) => (float[2,99] y) {
+  s = Shape (x)
+  i = Constant <value = int64[1] {0}> ()
+  n = Gather (s, i)
+  rest = Constant <value = int64[1] {12}> ()
+  c = Concat <axis = 0> (n, rest)
+  t = Abs (c)
+  y = Reshape (x, t)
+}""")
+    result = passes(model, "constant_folding")
+    assert "Shape" not in ops(result.final)
+    out = result.final.graph.output[0]
+    assert out.name == "y" and len(out.type.tensor_type.shape.dim) == 2
+    assert_same(result.original, result.final)
+
+
+def test_constant_folding_declines_rather_than_contradict_a_declared_output_rank():
+    # ddddocr: a torch export declares [1, seqlen] for a rank-3 output; once folding makes the
+    # Reshape target a constant the checker proves the declaration wrong. The rank is the
+    # model's interface, so the fold is declined.
+    model = parse("""
+<ir_version: 8, opset_import: ["": 13]>
+g (float[2,3,4] x) => (float[1,seqlen] y) {
+  s = Shape (x)
+  i = Constant <value = int64[1] {0}> ()
+  n = Gather (s, i)
+  rest = Constant <value = int64[2] {1, 12}> ()
+  c = Concat <axis = 0> (n, rest)
+  t = Abs (c)
+  y = Reshape (x, t)
+}""")
+    result = passes(model, "constant_folding")
+    assert "Reshape" in ops(result.final)
+    assert_valid(result.original, result.final)
+
+
 def test_fp16_never_leaves_fp16_value_info_on_fp32_weights():
     # Paddle keeps BatchNorm parameters in Constant nodes; BatchNorm stays fp32, so must they
     model = parse("""
@@ -670,6 +754,23 @@ def test_int8_dynamic_quantizes_weights_held_in_constant_nodes():
 
 def test_int8_static_quantizes_weights_held_in_constant_nodes():
     model = _paddle_like_matmul()
+    result = passes(model, "int8_static")
+    assert "DequantizeLinear" in ops(result.final)
+    assert_valid(result.original, result.final)
+
+
+def test_int8_static_on_ir3_model_keeps_initializers_valid():
+    # IR 3 wants every initializer listed as an input; the quantizer adds scales and zero
+    # points as initializers only
+    model = onnx.parser.parse_model("""
+<ir_version: 3, opset_import: ["": 9]>
+g (float[4,16] x, float[16,8] w) => (float[4,8] y) {
+  m = MatMul (x, w)
+  y = Relu (m)
+}""")
+    w = (np.random.default_rng(0).standard_normal((16, 8)) * 0.1).astype(np.float32)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(w, "w"))
+    onnx.checker.check_model(model, full_check=True)
     result = passes(model, "int8_static")
     assert "DequantizeLinear" in ops(result.final)
     assert_valid(result.original, result.final)

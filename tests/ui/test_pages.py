@@ -193,6 +193,7 @@ def test_benchmark_short_run_gives_results_table_and_downloads(app):
     goto(app, "bench")
     app.slider(key="bench_min_time").set_value(0.2).run()
     app.checkbox(key="bench_v_original").uncheck().run()
+    app.checkbox(key="bench_v_reference").uncheck().run()
     app.button(key="bench_run").click().run(timeout=180)
     assert not app.exception
     bench = app.session_state[state.BENCH]
