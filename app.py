@@ -2,7 +2,7 @@
 
 Run: ``streamlit run app.py -- --sample resnet_ts`` (or ``-- --model PATH``).
 
-Every page has its own URL (/model, /graph, /passes, /bench, /learn). The root URL is a hidden
+Every page has its own URL (/model, /graph, /passes, /bench, /zoo, /learn). The root URL is a hidden
 page that opens the Graph page with the query parameters it was given: Streamlit serves the
 default page at the root only, so a default Graph page would make /graph a "page not found".
 """
@@ -28,6 +28,7 @@ pages = [
     GRAPH,
     st.Page("fusionviz/ui/passes_page.py", title="Passes (what-if)", icon=":material/tune:", url_path="passes"),
     st.Page("fusionviz/ui/bench_page.py", title="Benchmark", icon=":material/speed:", url_path="bench"),
+    st.Page("fusionviz/ui/zoo_page.py", title="Zoo", icon=":material/grid_on:", url_path="zoo"),
     st.Page("fusionviz/ui/learn_page.py", title="Learn", icon=":material/school:", url_path="learn"),
 ]
 st.navigation(pages).run()

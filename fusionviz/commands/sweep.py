@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
+    """Add the ``sweep`` subcommand to the CLI's subparsers."""
     p = sub.add_parser("sweep", help="check (and time) many models x pass sets x backends on Ray")
     p.add_argument("models", nargs="+", metavar="MODELS",
                    help="model files, folders (every .onnx inside), sample names, 'wild' (the corpus) "
@@ -46,6 +47,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """Run the sweep, write the results file and print the totals.
+
+    Returns:
+        0 when the sweep ran (failing cells are rows of the table, not an exit status).
+
+    Raises:
+        fusionviz.sweep.SweepError: bad models, passes, backends, output path or Ray set-up.
+    """
     from fusionviz.sweep import (
         ProgressBar,
         SweepStore,

@@ -200,7 +200,7 @@ def ray_session(address: str | None, workers: int, *, timing: bool) -> Iterator[
                          f"(pip install 'ray[client]'): {exc}.") from None
     except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError...
         where = f"connect to the Ray cluster at {errors.printable(address, 100)}" if address else "start a local Ray"
-        raise SweepError(f"Cannot {where}: {' '.join(str(exc).split())[:300]}.") from None
+        raise SweepError(f"Cannot {where}: {' '.join(str(exc).split())[:300].rstrip('.')}.") from None
     try:
         if timing and address and not ray.cluster_resources().get(BENCH_RESOURCE):
             raise SweepError(

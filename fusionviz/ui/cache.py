@@ -155,16 +155,11 @@ def memory_plan(key: tuple, shapes: tuple, _proto: onnx.ModelProto):
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def verify(sha: str, passes: tuple[str, ...], inputs_key: tuple, exact: bool,
-           _original: onnx.ModelProto, _optimized: onnx.ModelProto, _plan=None):
+           _original: onnx.ModelProto, _optimized: onnx.ModelProto, _plan):
     """Verification of the pipeline result against its original (ORT, optimizations off) on the
-    input sets of ``_plan`` (``inputs_key`` is its spec's key). Without a plan the result says
-    why it was not run."""
-    from fusionviz.verify import VerifyResult
+    input sets of the InputPlan ``_plan`` (``inputs_key`` is its spec's key)."""
     from fusionviz.verify import verify as _verify
 
-    if _plan is None:
-        return VerifyResult(False, (), 1e-4, error="the inputs could not be planned (see the Model page)",
-                            report_only=not exact)
     # Isolated: an uploaded model that allocates gigabytes must not take the server down.
     return _verify(_original, _optimized, plan=_plan, report_only=not exact, isolated=True)
 
@@ -276,6 +271,22 @@ def yield_to_pages(max_wait_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def prefetch_max_load() -> float:
+    """Load average above which no speculative work runs (``FUSIONVIZ_PREFETCH_MAX_LOAD``,
+    default twice the CPU count)."""
+    try:
+        return float(os.environ.get("FUSIONVIZ_PREFETCH_MAX_LOAD", "") or 2 * (os.cpu_count() or 1))
+    except ValueError:
+        return 2.0 * (os.cpu_count() or 1)
+
+
+def _busy() -> bool:
+    try:
+        return os.getloadavg()[0] > prefetch_max_load()
+    except OSError:  # no load average on this platform
+        return False
+
+
 def _passes_view(sha: str, passes: tuple[str, ...], shapes: tuple, opts: tuple, proto) -> None:
     """Everything the Passes page computes for one selection before its graph is drawn."""
     result = pipeline(sha, passes, shapes, proto)
@@ -298,11 +309,16 @@ def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tupl
 
     Only for models of at most PREFETCH_MAX_NODES nodes; a newer call supersedes an older one;
     ``FUSIONVIZ_PREFETCH=0`` switches it off (the AppTest suite does, to keep runs independent).
+    Speculative work needs idle CPU: it does not start, and stops between selections, while the
+    machine's load average is above :func:`prefetch_max_load` (several users at once, or other
+    work on the machine: then it would only slow every page down).
     """
     from fusionviz.passes import registry
     from fusionviz.passes.pipeline import count_nodes
 
     if os.environ.get("FUSIONVIZ_PREFETCH", "1") == "0" or count_nodes(loaded.proto) > PREFETCH_MAX_NODES:
+        return
+    if _busy():
         return
     with _PREFETCH_LOCK:
         _PREFETCH_GEN[0] += 1
@@ -317,7 +333,7 @@ def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tupl
         except (OSError, AttributeError):
             pass
         for sel in targets:
-            if _PREFETCH_GEN[0] != gen:
+            if _PREFETCH_GEN[0] != gen or _busy():
                 return
             yield_to_pages()
             try:

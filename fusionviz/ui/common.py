@@ -33,6 +33,7 @@ PAGES = {
     "graph": "fusionviz/ui/graph_page.py",
     "passes": "fusionviz/ui/passes_page.py",
     "bench": "fusionviz/ui/bench_page.py",
+    "zoo": "fusionviz/ui/zoo_page.py",
     "learn": "fusionviz/ui/learn_page.py",
 }
 
@@ -265,6 +266,10 @@ def verification(loaded: Any, result: Any) -> Any:
         return None
     exact = all(p.exact for p in all_passes() if p.name in names)
     inputs = state.input_plan(loaded)
+    if inputs.plan is None:
+        from fusionviz.verify import VerifyResult
+
+        return VerifyResult(False, (), 1e-4, error=f"no inputs to run: {inputs.error}", report_only=not exact)
     return cache.verify(loaded.sha256, tuple(names), inputs.key, exact, result.original, result.final,
                         inputs.plan)
 

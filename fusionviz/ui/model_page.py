@@ -24,9 +24,9 @@ UPLOAD_SHA = "fv_upload_sha"
 UPLOAD_ERROR = "fv_upload_error"
 
 KIND_WORDS = {
-    "image": "image side (the usual input size)",
+    "image": "image side",
     "seq": "sequence length",
-    "audio": "audio samples (one second at 16 kHz)",
+    "audio": "audio samples, 1 s at 16 kHz",
     "other": "free dim",
 }
 
@@ -151,16 +151,16 @@ def _how(loaded: Any, plan: Any) -> dict[str, list[str]]:
             key = state.dim_key(c.name, i, d)
             value = c.dims[i] if i < len(c.dims) else "?"
             if key in from_data:
-                notes.append(f"{key} = {value}: from your data")
+                why = "from your data"
             elif key in set_by_user:
-                notes.append(f"{key} = {value}: set by you")
+                why = "set by you"
             elif i in chosen:
-                why = KIND_WORDS.get(chosen[i], "free dim")
-                notes.append(f"{key} = {value}: fusionviz, {why}")
+                why = f"chosen: {KIND_WORDS.get(chosen[i], 'free dim')}"
             elif key in first_seen:
-                notes.append(f"{key} = {value}: same as in {first_seen[key]}")
+                why = f"same as in {first_seen[key]}"
             else:
-                notes.append(f"{key} = {value}: fusionviz, batch")
+                why = "chosen: batch"
+            notes.append(f"{key} = {value} ({why})")
             first_seen.setdefault(key, c.name)
         out[c.name] = notes
     return out
@@ -168,7 +168,8 @@ def _how(loaded: Any, plan: Any) -> dict[str, list[str]]:
 
 def _value_text(c: Any) -> str:
     if c.value is not None:
-        return f"{c.value} ({c.value_note})" if c.value_note else str(c.value)
+        note = c.value_note.split(";")[0].replace("given with --input", "set by you")
+        return f"{c.value} ({note})" if note else str(c.value)
     if c.is_mask:
         return "all ones (a mask)"
     if c.high is not None:
@@ -180,10 +181,10 @@ def _plan_table(loaded: Any, plan: Any) -> None:
     how = _how(loaded, plan)
     rows = []
     for c in plan.choices:
+        dims = "; ".join(how.get(c.name) or []) or ("a scalar" if c.declared == () else "all fixed")
         rows.append({"input": c.name, "dtype": c.dtype, "declared": _fmt_dims(c.declared),
-                     "used": _fmt_dims(c.dims), "chosen dims": "; ".join(how.get(c.name) or []) or "all fixed",
-                     "values": _value_text(c)})
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+                     "used": _fmt_dims(c.dims), "free dims": dims, "values": _value_text(c)})
+    st.table(pd.DataFrame(rows), hide_index=True)
 
 
 def _on_dim(name: str) -> None:
@@ -209,7 +210,7 @@ def _dims(loaded: Any) -> None:
         return
     from_data = state.data_dims(loaded)
     st.markdown("**Free dims**: set once here; passes, verification and the benchmark all use them.")
-    cols = st.columns(min(4, len(sym)))
+    cols = st.columns(4)
     current = st.session_state.get(state.DIMS) or {}
     for i, (inp, name, used) in enumerate(sym):
         state.seed(f"dim_{name}", int(from_data.get(name, current.get(name, used))))
@@ -225,7 +226,7 @@ def _values(plan: Any) -> None:
         return
     st.markdown("**Scalar inputs**: one value each (fusionviz infers one where the model compares "
                 "the input with a constant).")
-    cols = st.columns(min(4, len(scalars)))
+    cols = st.columns(4)
     given = st.session_state.get(state.VALUES) or {}
     for i, c in enumerate(scalars):
         key = f"value_{c.name}"
@@ -298,7 +299,7 @@ def _inputs(loaded: Any) -> None:
     st.subheader("Inputs")
     inputs = state.input_plan(loaded)
     if inputs.error:
-        st.error(inputs.error)
+        st.error(state.scrub(inputs.error))
     plan = inputs.plan
     if plan is not None:
         _plan_table(loaded, plan)

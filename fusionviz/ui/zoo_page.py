@@ -162,8 +162,8 @@ def heatmap_figure(rows: Sequence[dict], *, color_by: str | None = None) -> go.F
         marker={"symbol": "square", "size": 18, "color": "#000000", "opacity": 0}))
     fig.update_layout(
         height=max(320, 120 + 24 * len(models)), margin={"l": 10, "r": 10, "t": 40, "b": 10},
-        xaxis={"side": "top", "tickangle": -45, "type": "category"},
-        yaxis={"autorange": "reversed", "type": "category"},
+        xaxis={"side": "top", "tickangle": -45, "type": "category", "range": [-0.5, len(columns) - 0.5]},
+        yaxis={"type": "category", "range": [len(models) - 0.5, -0.5]},
         legend={"orientation": "h", "y": -0.02, "yanchor": "top"}, clickmode="event+select",
         plot_bgcolor="#f3f3f3", title=None)
     return fig

@@ -32,7 +32,7 @@ from fusionviz import samples
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not samples.sample_names(), reason="sample models not built")]
 
 PAGES = {"model": "Model", "graph": "Graph: before and after", "passes": "Passes: what if?",
-         "bench": "Benchmark", "learn": "Learn"}
+         "bench": "Benchmark", "zoo": "Zoo: every model × pass set", "learn": "Learn"}
 
 
 def _heading(page, text: str):

@@ -185,7 +185,7 @@ def test_inputs_file_becomes_an_extra_verification_set(app):
 def test_scalar_input_value_is_inferred_shown_and_settable(app):
     _upload(app, "scalar.onnx", scalar_model())
     assert app.number_input(key="value_sr").value == 16000
-    assert any("16000" in str(df.value.to_dict()) for df in app.dataframe)
+    assert any("16000 (the value the model compares it with)" in str(t.value.to_dict()) for t in app.table)
     app.number_input(key="dim_samples").set_value(64).run()
     app.number_input(key="value_sr").set_value(8000).run()
     assert not app.exception and errors_of(app) == []
@@ -194,6 +194,28 @@ def test_scalar_input_value_is_inferred_shown_and_settable(app):
     goto(app, "passes")
     texts = " ".join(c.value for c in app.code)
     assert "--input sr=8000" in texts and "--shape x=1,64" in texts
+
+
+def huge_input_model() -> bytes:
+    """A model whose fixed input would take 10 GB: no input set can be made for it."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [50_000, 50_000])
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["a"], name="id"),
+                           helper.make_node("Relu", ["a"], ["y"], name="relu")], "g", [x],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [50_000, 50_000])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def test_inputs_that_cannot_be_made_are_one_error_line_and_verification_says_why(app):
+    _upload(app, "huge.onnx", huge_input_model())
+    errs = errors_of(app)
+    assert len(errs) == 1 and "would have" in errs[0] and "\n" not in errs[0], errs
+    app.session_state[state.PASSES] = ["identity_elimination"]
+    goto(app, "passes")
+    assert not app.exception
+    assert any("Not verified: no inputs to run" in w.value for w in app.warning)
+    assert app.session_state[state.PASSES] == ["identity_elimination"]
 
 
 def test_symbolic_dims_of_bert_drive_verification(app):
