@@ -164,10 +164,10 @@ def _tail(name: str) -> str:
 
 def provenance_text(names: list[str], limit: int = 4) -> str:
     """Rule 2: "← A + B + C", or "← 12 nodes: A + B + … + L" for long lists."""
-    short = [D.shorten(_tail(D.clean(n)), 28) for n in names]
-    if len(short) <= limit:
-        return "← " + " + ".join(short)
-    return f"← {len(short)} nodes: " + " + ".join(short[:2]) + " + … + " + short[-1]
+    if len(names) <= limit:
+        return "← " + " + ".join(D.shorten(_tail(D.clean(n)), 28) for n in names)
+    short = [D.shorten(_tail(D.clean(n)), 20) for n in (names[0], names[1], names[-1])]
+    return f"← {len(names)} nodes: " + " + ".join(short[:2]) + " + … + " + short[-1]
 
 
 def hub_text(t: str, uses: int) -> str:

@@ -28,14 +28,20 @@ Rules (the code points back to them):
    ``MIN_CPUS_FOR_WORKERS`` CPUs (``FUSIONVIZ_LAYOUT_WORKERS=N`` forces N; 0 or 1: never), else
    in this process: on a 2-core machine shared with the server and the browser, workers were
    measured slower than one process. A worker that fails is not retried: the part is laid out
-   here.
+   here. Laid-out parts are kept (``PART_CACHE_SIZE``, by the part's DOT text), so the first
+   screen laid out ahead of the rest (rule 7) is not laid out twice.
+7. First screen first: :func:`svg_first` lays out only the first parts (enough for about two
+   screens at the viewer's opening zoom) and stacks them as a drawing of their own, marked
+   ``data-partial``; a viewer shows it while the whole drawing is made.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -292,8 +298,39 @@ def _positions(graph, proxies: Sequence[str]) -> tuple[float, float, dict[str, t
     return w, h, points
 
 
-def layout_part(dot: str, proxies: Sequence[str], prog: str = "dot") -> PartLayout:
-    """Lay out one part in this process (pygraphviz) and read where its proxies ended up."""
+#: Laid-out parts kept (rule 6).
+PART_CACHE_SIZE = 256
+_PART_CACHE: collections.OrderedDict[str, PartLayout] = collections.OrderedDict()
+_PART_CACHE_LOCK = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Forget every laid-out part (benchmarks time layouts, not cache hits)."""
+    with _PART_CACHE_LOCK:
+        _PART_CACHE.clear()
+
+
+def _part_key(dot: str, proxies: Sequence[str], prog: str) -> str:
+    return hashlib.sha1("\0".join((prog, dot, *proxies)).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _cached_part(key: str) -> PartLayout | None:
+    with _PART_CACHE_LOCK:
+        got = _PART_CACHE.get(key)
+        if got is not None:
+            _PART_CACHE.move_to_end(key)
+        return got
+
+
+def _keep_part(key: str, part: PartLayout) -> PartLayout:
+    with _PART_CACHE_LOCK:
+        _PART_CACHE[key] = part
+        while len(_PART_CACHE) > PART_CACHE_SIZE:
+            _PART_CACHE.popitem(last=False)
+    return part
+
+
+def _layout_here(dot: str, proxies: Sequence[str], prog: str = "dot") -> PartLayout:
     import pygraphviz
 
     graph = pygraphviz.AGraph(string=dot)
@@ -302,6 +339,12 @@ def layout_part(dot: str, proxies: Sequence[str], prog: str = "dot") -> PartLayo
     data = graph.draw(format="svg")
     svg = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
     return PartLayout(svg, w + 2 * PAD, h + 2 * PAD, points)
+
+
+def layout_part(dot: str, proxies: Sequence[str], prog: str = "dot") -> PartLayout:
+    """Lay out one part in this process (pygraphviz) and read where its proxies ended up."""
+    key = _part_key(dot, proxies, prog)
+    return _cached_part(key) or _keep_part(key, _layout_here(dot, proxies, prog))
 
 
 class _Worker:
@@ -365,7 +408,7 @@ def _worker_main() -> None:
             return
         job = json.loads(frame)
         try:
-            part = layout_part(job["dot"], job["proxies"], job.get("prog", "dot"))
+            part = _layout_here(job["dot"], job["proxies"], job.get("prog", "dot"))
             out = {"svg": part.svg, "width": part.width, "height": part.height,
                    "points": {k: list(v) for k, v in part.points.items()}}
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which lays out itself
@@ -439,15 +482,19 @@ def warm_up() -> None:
 
 
 def _run_job(job: tuple[str, tuple[str, ...], str], limit: int) -> PartLayout:
+    key = _part_key(*job)
+    got = _cached_part(key)
+    if got is not None:
+        return got
     w = _take_worker(limit)
     if w is None:
-        return layout_part(*job)
+        return _keep_part(key, _layout_here(*job))
     try:
-        return w.run(*job)
+        return _keep_part(key, w.run(*job))
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
         logger.info("layout worker failed (%s); laying the part out here", exc)
         w.close()
-        return layout_part(*job)
+        return _keep_part(key, _layout_here(*job))
     finally:
         _give_back(w)
 
@@ -555,8 +602,8 @@ def arrange(plan: PartPlan, parts: Sequence[PartLayout]) -> Arrangement:
     return Arrangement(xs, ys, width, height, joins)
 
 
-def stack(plan: PartPlan, parts: Sequence[PartLayout]) -> str:
-    """Join laid-out parts into one SVG (rules 4-5)."""
+def stack(plan: PartPlan, parts: Sequence[PartLayout], *, partial: str | None = None) -> str:
+    """Join laid-out parts into one SVG (rules 4-5); ``partial`` ("k/n") marks a first screen."""
     ar = arrange(plan, parts)
     paths: list[str] = []
     for src, dst, pts, curve in ar.joins:
@@ -567,7 +614,8 @@ def stack(plan: PartPlan, parts: Sequence[PartLayout]) -> str:
     w, h = _fmt(ar.width), _fmt(ar.height)
     out = ['<?xml version="1.0" encoding="UTF-8" standalone="no"?>',
            f'<svg width="{w}pt" height="{h}pt" viewBox="0.00 0.00 {w} {h}" '
-           'xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">',
+           + (f'data-partial="{partial}" ' if partial else "")
+           + 'xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">',
            '<g id="graph0" class="graph">', "<title>G</title>",
            f'<polygon fill="white" stroke="none" points="0,0 0,{h} {w},{h} {w},0 0,0"/>',
            f'<g class="fv-cross-edges" data-parts="{len(parts)}">', *paths, "</g>"]
@@ -636,6 +684,27 @@ def png_by_parts(pd: ParsedDot, prog: str = "dot", part_items: int | None = None
     buf = io.BytesIO()
     canvas.save(buf, format="PNG")
     return buf.getvalue()
+
+
+def svg_first(pd: ParsedDot, prog: str = "dot", part_items: int | None = None, *, min_height: float = 1600.0,
+              max_parts: int = 4) -> str | None:
+    """Rule 7: the first parts of ``pd`` (at least ``min_height`` points tall, at most
+    ``max_parts``) as one SVG marked ``data-partial="k/n"``; None when that would be the whole."""
+    plan = plan_parts(pd, part_items)
+    n = len(plan.dots)
+    if n <= max_parts:
+        return None
+    laid: list[PartLayout] = []
+    height = 0.0
+    for k in range(max_parts):
+        laid.append(layout_part(plan.dots[k], tuple(plan.exits[k] + plan.entries[k]), prog))
+        height += laid[-1].height + PART_GAP
+        if height >= min_height:
+            break
+    k = len(laid)
+    sub = PartPlan(plan.dots[:k], plan.exits[:k], plan.entries[:k],
+                   [c for c in plan.cross if c[0] < k and c[2] < k])
+    return stack(sub, laid, partial=f"{k}/{n}")
 
 
 def svg_by_parts(pd: ParsedDot, prog: str = "dot", part_items: int | None = None) -> str:

@@ -17,10 +17,13 @@ Rules:
 6. The text is compacted without changing the picture: the font family every label repeats is
    said once on the root element, and ``text-anchor="start"`` (the default) is dropped (a
    3,000-node drawing: about 12% fewer bytes to send and parse).
+7. The root element says which DOT text it draws (``data-source``, a digest), so a viewer that
+   shows a first screen (:func:`render_svg_first`) knows the whole drawing when it comes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import logging
 import re
@@ -104,10 +107,49 @@ def render_svg(dot: str, *, prog: str = "dot", parts: bool = True) -> str:
             raise errors.RenderError(f"Graphviz could not lay out the graph: {exc}") from None
     for w in caught:  # rule 2
         logger.info("graphviz: %s", str(w.message).strip()[:300])
+    return _finish(data, dot)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def source_id(dot: str) -> str:
+    """Rule 7: the id a drawing of ``dot`` carries (``data-source``)."""
+    return hashlib.sha1(dot.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _finish(data: bytes | str, dot: str) -> str:
+    """Rules 3, 5, 6 and 7 on a drawing of ``dot``."""
     text = compact(name_titles(data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)))
+    # Control characters are not allowed in XML and must never reach a terminal or a browser raw.
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
     if _FORBIDDEN.search(text):  # rule 3
         raise errors.RenderError("The drawing contained markup that is not allowed; it was not shown.")
+    m = _SVG_TAG.search(text)
+    if m:
+        text = text[:m.end()] + f' data-source="{source_id(dot)}"' + text[m.end():]
     return text
+
+
+def render_svg_first(dot: str, *, prog: str = "dot") -> str | None:
+    """The first screen of a big drawing (``parts.svg_first``: its first parts, stacked), or None
+    when the graph is not laid out by parts or is small enough to lay out whole at once.
+
+    Raises:
+        RenderError: Graphviz could not lay the parts out.
+    """
+    from fusionviz.graphview import parts as P
+
+    parsed = P.parse_dot(dot)
+    if parsed is None or parsed.op_count <= P.SPLIT_ABOVE:
+        return None
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        try:
+            data = P.svg_first(parsed, prog=prog)
+        except Exception as exc:  # noqa: BLE001 - graphviz reports problems as various errors
+            raise errors.RenderError(f"Graphviz could not lay out the graph: {exc}") from None
+    return None if data is None else _finish(data, dot)
 
 
 def render_png(dot: str, *, prog: str = "dot", max_side: int = 16000, max_pixels: float = 64e6) -> bytes:

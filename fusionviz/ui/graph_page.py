@@ -21,6 +21,9 @@ Rules (the code points back to them):
    are drawn, so one click is one run.
 7. Exports of the current view: SVG and DOT as drawn, PNG by Graphviz (scaled down when very
    big); made when the button is pressed.
+8. First screen first: a big drawing not laid out yet shows its first parts at once; the rest is
+   laid out at the end of the run, and the pane asks for the whole drawing (a rerun), which
+   replaces the first screen without moving the view.
 """
 
 from __future__ import annotations
@@ -351,9 +354,10 @@ def _status_row(text: str, hits: dict[str, list[str]], notes: list[str], first_c
         from fusionviz.graphview.dot import shorten
 
         hops = (st.session_state.get(state.GRAPH_OPTS) or {}).get("hops", 2)
-        cols[3].markdown(f"Focus: `{shorten(focus, 40)}` ± {hops} hops", help=focus)
-        cols[4].button("Whole graph", key="graph_clear_focus", on_click=_set_focus, args=(None,),
-                       width="stretch", help="Show the whole graph again")
+        where, button = (cols[3], cols[4]) if text or notes else (cols[0], cols[1])
+        where.markdown(f"Focus: `{shorten(focus, 48)}` ± {hops} hops", help=focus)
+        button.button("Whole graph", key="graph_clear_focus", on_click=_set_focus, args=(None,),
+                      help="Show the whole graph again")
 
 
 # ------------------------------------------------------------------ drawing
@@ -384,15 +388,41 @@ def _ids(rendered: Rendered, keys: Sequence[str], limit: int = MAX_MATCHES) -> l
     return list(out)
 
 
+def _wants_whole(side: str, dot: str) -> bool:
+    """Rule 8: the pane showed the first screen of ``dot`` and asked for the whole drawing."""
+    from fusionviz.graphview.svg import source_id
+
+    value = st.session_state.get(f"graph_{side}")
+    return isinstance(value, dict) and value.get("kind") == "more" and value.get("key") == source_id(dot)
+
+
 def _draw_pane(side: str, rendered: Rendered, *, height: int, selected_id: str | None,
-               linked_ids: list[str], match_ids: list[str]) -> None:
-    """One pane: the pan/zoom viewer with its marks, or the browser's own renderer without SVG."""
-    from fusionviz.ui.graph_component import graph_pane, packed_svg_for, svg_for
+               linked_ids: list[str], match_ids: list[str], pending: list[str]) -> None:
+    """One pane: the pan/zoom viewer with its marks, or the browser's own renderer without SVG.
+
+    A big drawing not laid out yet shows its first screen at once (rule 8) and goes on ``pending``.
+    """
+    from fusionviz.ui.graph_component import (
+        first_svg_for,
+        graph_pane,
+        packed_svg_for,
+        svg_cached,
+        svg_for,
+    )
 
     label = f"{side.capitalize()} · {rendered.drawn:,} of {rendered.total:,} nodes drawn"
     if rendered.auto_collapsed:
         label += " · collapsed automatically"
     try:
+        first = None
+        if not svg_cached(rendered.dot) and not _wants_whole(side, rendered.dot):
+            first = first_svg_for(rendered.dot)
+        if first is not None:
+            pending.append(rendered.dot)
+            graph_pane(first, key=f"graph_{side}", height=height, selected_id=selected_id,
+                       linked_ids=linked_ids, match_ids=match_ids, pane=side,
+                       pane_label=label + " · laying out the rest...", reveal=st.session_state.get(REVEAL))
+            return
         with st.spinner(f"Laying out the {side} graph ({rendered.drawn:,} items)...", show_time=True):
             svg = svg_for(rendered.dot)
     except errors.RenderError as exc:
@@ -578,11 +608,12 @@ def body() -> None:
     _prepare_layouts(rendered)
     stacked = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("stacked"))
     panes = [st.container(), st.container()] if stacked else list(st.columns(2, gap="small"))
+    pending: list[str] = []
     for pane, side in zip(panes, SIDES, strict=True):
         with pane, common.guard(f"drawing the {side} graph"):
             if rendered.get(side) is not None:
                 _draw_pane(side, rendered[side], height=STACKED_HEIGHT if stacked else PANE_HEIGHT,
-                           **marks[side])
+                           pending=pending, **marks[side])
     if cp is not None:
         shown = len(marks[cp.other_side]["linked_ids"])
         if cp.others and not shown:
@@ -597,6 +628,18 @@ def body() -> None:
         except errors.FusionvizError as exc:
             st.error(str(exc))
     _focus_to_url()
+    _lay_out_the_rest(pending)
+
+
+def _lay_out_the_rest(pending: Sequence[str]) -> None:
+    """Rule 8: lay out the whole drawings whose first screen is shown; the panes ask for them."""
+    from fusionviz.ui.graph_component import svg_for
+
+    for dot in pending:
+        try:
+            svg_for(dot)
+        except errors.RenderError:
+            logger.info("the whole drawing could not be laid out", exc_info=True)
 
 
 def render() -> None:

@@ -358,14 +358,31 @@ class Inputs:
         return self.spec.key()
 
 
+INPUTS_MEMO = "fv_inputs_memo"  # (fingerprint, Inputs): the last input_plan() of this session
+
+
+def _fingerprint(loaded: LoadedModel) -> tuple:
+    data = user_data(loaded)
+    return (loaded.sha256, tuple(sorted((st.session_state.get(DIMS) or {}).items())),
+            tuple(sorted((st.session_state.get(VALUES) or {}).items())),
+            (data["label"], id(data["arrays"])) if data else None)
+
+
 def input_plan(loaded: LoadedModel | None = None) -> Inputs:
-    """Rule 4: the current inputs (cached per model and spec)."""
+    """Rule 4: the current inputs (cached per model and spec; remembered for the session until
+    the model, a dim, a value or the data changes, since every page asks several times a run)."""
     loaded = loaded or model()
-    spec = input_spec(loaded)
     if loaded is None:
-        return Inputs(spec, None, None)
+        return Inputs(InputSpec(), None, None)
+    fp = _fingerprint(loaded)
+    memo = st.session_state.get(INPUTS_MEMO)
+    if memo is not None and memo[0] == fp:
+        return memo[1]
+    spec = input_spec(loaded)
     plan, error = cache.input_plan(loaded.sha256, spec.key(), True, loaded.proto, spec)
-    return Inputs(spec, plan, error)
+    inputs = Inputs(spec, plan, error)
+    st.session_state[INPUTS_MEMO] = (fp, inputs)
+    return inputs
 
 
 def pipeline_shapes(plan: InputPlan | None) -> dict[str, list[int]]:
@@ -388,7 +405,7 @@ def shapes() -> dict[str, list[int]]:
     Empty when the model has no free dims (then nothing needs overriding).
     """
     loaded = model()
-    if loaded is None or not free_dims(loaded):
+    if loaded is None:
         return {}
     return pipeline_shapes(input_plan(loaded).plan)
 

@@ -93,7 +93,7 @@ def test_short_benchmark_produces_a_chart(server, page):
 def test_broken_upload_shows_error_and_app_keeps_working(server, page):
     page.goto(server + "/model")
     page.get_by_text("Samples").first.wait_for()
-    page.locator('input[type="file"]').set_input_files(
+    page.locator('.st-key-upload input[type="file"]').set_input_files(
         files=[{"name": "broken.onnx", "mimeType": "application/octet-stream",
                 "buffer": b"\x08\x01this is not a model" * 20}]
     )

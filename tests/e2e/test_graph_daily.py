@@ -139,13 +139,18 @@ def test_three_thousand_nodes_drawn_uncapped(browser, big_model):
             page = ctx.new_page()
             page.set_default_timeout(300_000)
             t0 = time.monotonic()
-            open_graph(page, base + "/graph?passes=")
+            page.goto(base + "/graph?passes=")
+            pane(page, "before", timeout_s=300)  # the first screen comes first...
+            first = time.monotonic() - t0
+            wait_attr(page, "before", "shapes", lambda v: int(v) >= 3000, timeout_s=300)  # ...then everything
+            wait_attr(page, "after", "shapes", lambda v: int(v) >= 3000, timeout_s=300)
             elapsed = time.monotonic() - t0
+            wait_idle(page, 300)
             before = pane(page, "before")
-            shapes = int(attr(before, "shapes"))
-            assert shapes >= 3000, shapes  # every op node, no cap
+            assert attr(before, "partial") == ""  # the whole drawing, not the first screen
             assert "3,033 of 3,033 nodes drawn" in before.inner_text("#pane")
-            assert elapsed < 120, elapsed  # loose: cold server, first layout (strict: bench_render.py)
+            # loose bounds: a cold server on a shared machine (strict figures: bench_render.py)
+            assert first < 90 and elapsed < 150, (first, elapsed)
             # Pan and zoom work on the big drawing.
             vb0 = before.evaluate("() => document.querySelector('#view svg').getAttribute('viewBox')")
             box = before.frame_element().bounding_box()

@@ -226,6 +226,24 @@ def test_denormal_flush_keeps_denormal_epsilon_before_log():
     assert_same(result.original, result.final)
 
 
+def test_denormal_flush_never_zeroes_fp16_subnormal_weights():
+    # an fp16 speech model: its weights below 6.1e-05 are fp16 subnormals but ordinary numbers
+    # in the fp32 arithmetic onnxruntime's CPU kernels use; zeroing them moved outputs by 2 %
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 8)).astype(np.float16)
+    w.reshape(-1)[:6] = np.float16(3e-5)  # fp16 subnormals among ordinary weights
+    model = onnx.parser.parse_model("""
+<ir_version: 8, opset_import: ["": 17]>
+g (float16[4,16] x) => (float16[4,8] y) {
+  y = MatMul (x, w)
+}""")
+    model.graph.initializer.append(onnx.numpy_helper.from_array(w, "w"))
+    onnx.checker.check_model(model, full_check=True)
+    result = passes(model, "denormal_flush")
+    w_after = next(onnx.numpy_helper.to_array(t) for t in result.final.graph.initializer if t.name == "w")
+    np.testing.assert_array_equal(w_after, w)
+
+
 def test_fp16_then_denormal_flush_keeps_layernorm_epsilon():
     # var + 1e-5 before Sqrt: 1e-5 is an fp16 subnormal; flushing it divides by zero on zeros
     model = parse("""

@@ -12,6 +12,7 @@ Use::
     hit = graph_click(svg, key="after")               # ("node", name) / ("scope", path) / None
     click = graph_pane(svg, key="after", linked_ids=[...], match_ids=[...])  # Click with a nonce
     svg = svg_for(dot)                                # laid out once per DOT text (LRU)
+    first = first_svg_for(dot)                        # big drawings: the first screen, at once
     packed = packed_svg_for(dot)                      # the same, gzip + base64, for big drawings
 """
 
@@ -191,6 +192,28 @@ def svg_for(dot: str) -> str:
 def packed_svg_for(dot: str) -> str:
     """:func:`svg_for`, gzip-compressed and base64-encoded (kept beside the SVG)."""
     return _SVGS.packed(dot)
+
+
+_FIRST: collections.OrderedDict[str, str | None] = collections.OrderedDict()
+_FIRST_LOCK = threading.Lock()
+
+
+def first_svg_for(dot: str) -> str | None:
+    """The first screen of a big drawing (``render_svg_first``), kept for the last few DOT texts;
+    None when the graph is drawn whole at once."""
+    from fusionviz.graphview.svg import render_svg_first
+
+    k = _SvgCache.key(dot)
+    with _FIRST_LOCK:
+        if k in _FIRST:
+            _FIRST.move_to_end(k)
+            return _FIRST[k]
+    got = render_svg_first(dot)
+    with _FIRST_LOCK:
+        _FIRST[k] = got
+        while len(_FIRST) > 16:
+            _FIRST.popitem(last=False)
+    return got
 
 
 def svg_cached(dot: str) -> bool:
