@@ -201,6 +201,9 @@ def run_pipeline(
     work = to_ir(model)
     if shapes:
         fix_input_shapes(work, shapes)
+        from fusionviz.passes.hygiene import forget_negative_dims
+
+        forget_negative_dims(work)  # Paddle's -1 dims would contradict the fixed input shapes
     renamed = ensure_unique_names(work)
     if passes:
         from fusionviz.passes.validate import malformed
