@@ -23,9 +23,11 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -248,8 +250,9 @@ class Compiled(Protocol):
 class Backend:
     """A runtime that can compile ONNX models.
 
-    Subclasses override :meth:`available`, :meth:`compile` and, when the runtime must be loaded
-    before a worker measures its baseline memory, :meth:`preload`.
+    Subclasses set ``package`` (the module to import) and ``pip`` (what to install), and
+    implement :meth:`build`; :meth:`check` adds runtime-specific conditions (a plugin, a code
+    generator, a GPU) to the package being importable.
 
     Attributes:
         name: registry name ("ort", "openvino", "tvm", "trt").
@@ -258,19 +261,42 @@ class Backend:
 
     name: str
     title: str
+    package: ClassVar[str] = ""
+    pip: ClassVar[str] = ""
+
+    def missing(self) -> str | None:
+        """None when ``package`` can be found without importing it, else the sentence to install it."""
+        if self.package and importlib.util.find_spec(self.package) is None:
+            return f"the '{self.pip or self.package}' package is not installed (pip install {self.pip or self.package})."
+        return None
+
+    def check(self) -> str | None:
+        """Conditions beyond the installed package (may import the runtime, may raise)."""
+        importlib.import_module(self.package)
+        return None
 
     def available(self) -> str | None:
         """None when usable here, else one sentence why not (rule 2)."""
-        raise NotImplementedError
+        why = self.missing()
+        if why is not None:
+            return why
+        try:
+            return self.check()
+        except Exception as exc:  # noqa: BLE001 - rule 2
+            return f"{self.title} cannot start ({first_sentence(exc, limit=160)})."
 
     def version(self) -> str | None:
         """The runtime's version, or None when it is not installed."""
-        return None
+        try:
+            module = importlib.import_module(self.package)
+        except Exception:  # noqa: BLE001 - not installed or broken
+            return None
+        return str(getattr(module, "__version__", "")).split("-")[0] or None
 
     def quick_check(self) -> str | None:
         """Like :meth:`available`, without loading the runtime (for a parent process that only
         starts workers); a runtime that is installed but broken is then found by the worker."""
-        return self.available()
+        return self.missing()
 
     def preload(self, *, threads: int = 1) -> None:
         """Import the runtime (the worker calls this before measuring its baseline).
@@ -278,13 +304,14 @@ class Backend:
         Args:
             threads: intra-op threads, for runtimes that size their thread pool at import.
         """
+        importlib.import_module(self.package)
 
     def compile(self, model_bytes: bytes, *, threads: int = 1,
                 settings: BackendSettings | Mapping[str, Any] | None = None) -> Compiled:
         """Compile ``model_bytes`` for this backend.
 
         Args:
-            model_bytes: a serialized ONNX ModelProto.
+            model_bytes: a serialized ONNX ModelProto (or a path, for the onnxruntime backends).
             threads: intra-op threads.
             settings: :class:`BackendSettings` or a mapping of its fields.
 
@@ -295,6 +322,11 @@ class Backend:
             BackendUnavailableError: the backend cannot be used here.
             BackendError: the backend could not compile the model.
         """
+        self.require()
+        return self.build(model_bytes, as_settings(settings), threads=int(threads))
+
+    def build(self, model_bytes: bytes, settings: BackendSettings, *, threads: int) -> Compiled:
+        """The backend's own compilation (called by :meth:`compile` once it is available)."""
         raise NotImplementedError
 
     def require(self) -> None:

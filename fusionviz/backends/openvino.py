@@ -31,12 +31,11 @@ runtime model. Rules for reading them back:
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -48,7 +47,6 @@ from fusionviz.backends.base import (
     Compiled,
     ExecutedGraph,
     ExecutedLayer,
-    as_settings,
     cast_feeds,
     first_sentence,
     infer_unclaimed,
@@ -383,34 +381,15 @@ class OpenVinoBackend(Backend):
 
     name: str = "openvino"
     title: str = "OpenVINO"
+    package: ClassVar[str] = "openvino"
 
-    def available(self) -> str | None:
-        if importlib.util.find_spec("openvino") is None:
-            return "the 'openvino' package is not installed (pip install openvino)."
-        try:
-            core = _core()
-            if "CPU" not in core.available_devices:
-                return "OpenVINO's CPU plugin is missing from this installation."
-        except Exception as exc:  # noqa: BLE001 - rule 2 of base
-            return f"OpenVINO cannot start ({first_sentence(exc, limit=160)})."
+    def check(self) -> str | None:
+        if "CPU" not in _core().available_devices:
+            return "OpenVINO's CPU plugin is missing from this installation."
         return None
-
-    def quick_check(self) -> str | None:
-        if importlib.util.find_spec("openvino") is None:
-            return "the 'openvino' package is not installed (pip install openvino)."
-        return None
-
-    def version(self) -> str | None:
-        try:
-            import openvino as ov
-        except Exception:  # noqa: BLE001
-            return None
-        return str(ov.__version__).split("-")[0]
 
     def preload(self, *, threads: int = 1) -> None:
         _core()
 
-    def compile(self, model_bytes: bytes, *, threads: int = 1,
-                settings: BackendSettings | Mapping[str, Any] | None = None) -> Compiled:
-        self.require()
-        return OpenVinoCompiled(model_bytes, as_settings(settings), threads=threads)
+    def build(self, model_bytes: bytes, settings: BackendSettings, *, threads: int) -> Compiled:
+        return OpenVinoCompiled(model_bytes, settings, threads=threads)

@@ -15,7 +15,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,7 +25,6 @@ from fusionviz.backends.base import (
     BackendSettings,
     Compiled,
     ExecutedGraph,
-    as_settings,
     cast_feeds,
     first_sentence,
 )
@@ -238,25 +237,7 @@ class OrtBackend(Backend):
 
     name: str = "ort"
     title: str = "onnxruntime"
+    package: ClassVar[str] = "onnxruntime"
 
-    def available(self) -> str | None:
-        try:
-            import onnxruntime  # noqa: F401
-        except Exception as exc:  # noqa: BLE001 - rule 2 of base
-            return f"the onnxruntime package cannot be imported ({type(exc).__name__})."
-        return None
-
-    def version(self) -> str | None:
-        try:
-            import onnxruntime
-        except Exception:  # noqa: BLE001
-            return None
-        return str(onnxruntime.__version__)
-
-    def preload(self, *, threads: int = 1) -> None:
-        import onnxruntime  # noqa: F401
-
-    def compile(self, model_bytes: bytes | str, *, threads: int = 1,
-                settings: BackendSettings | Mapping[str, Any] | None = None) -> Compiled:
-        self.require()
-        return OrtCompiled(model_bytes, as_settings(settings), threads=threads, backend=self.name)
+    def build(self, model_bytes: bytes | str, settings: BackendSettings, *, threads: int) -> Compiled:
+        return OrtCompiled(model_bytes, settings, threads=threads, backend=self.name)

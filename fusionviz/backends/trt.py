@@ -13,10 +13,9 @@ import glob
 import logging
 import os
 import shutil
-from collections.abc import Mapping
-from typing import Any
+from typing import ClassVar
 
-from fusionviz.backends.base import Backend, BackendSettings, Compiled, as_settings
+from fusionviz.backends.base import Backend, BackendSettings, Compiled
 from fusionviz.backends.ort import OrtCompiled
 
 logger = logging.getLogger(__name__)
@@ -37,6 +36,7 @@ class TrtBackend(Backend):
 
     name: str = "trt"
     title: str = "TensorRT"
+    package: ClassVar[str] = "onnxruntime"
 
     def providers(self) -> list[str]:
         """The GPU providers this onnxruntime build offers, in the order they are asked for."""
@@ -48,11 +48,9 @@ class TrtBackend(Backend):
             return []
         return [p for p in GPU_PROVIDERS if p in have]
 
-    def available(self) -> str | None:
-        try:
-            import onnxruntime as ort
-        except Exception as exc:  # noqa: BLE001 - rule 2 of base
-            return f"the onnxruntime package cannot be imported ({type(exc).__name__})."
+    def check(self) -> str | None:
+        import onnxruntime as ort
+
         if not self.providers():
             return (f"this onnxruntime {ort.__version__} build has no TensorRT or CUDA execution provider "
                     f"(it has {', '.join(ort.get_available_providers())}); install onnxruntime-gpu on a machine "
@@ -61,19 +59,9 @@ class TrtBackend(Backend):
             return "onnxruntime has GPU execution providers, but this machine shows no NVIDIA GPU."
         return None
 
-    def version(self) -> str | None:
-        try:
-            import onnxruntime
-        except Exception:  # noqa: BLE001
-            return None
-        return str(onnxruntime.__version__)
+    def quick_check(self) -> str | None:
+        return self.available()  # cheap, and a machine without a GPU must not start workers
 
-    def preload(self, *, threads: int = 1) -> None:
-        import onnxruntime  # noqa: F401
-
-    def compile(self, model_bytes: bytes | str, *, threads: int = 1,
-                settings: BackendSettings | Mapping[str, Any] | None = None) -> Compiled:
-        self.require()
+    def build(self, model_bytes: bytes | str, settings: BackendSettings, *, threads: int) -> Compiled:
         providers = self.providers() + ["CPUExecutionProvider"]
-        return OrtCompiled(model_bytes, as_settings(settings), threads=threads, providers=providers,
-                           backend=self.name)
+        return OrtCompiled(model_bytes, settings, threads=threads, providers=providers, backend=self.name)

@@ -32,13 +32,12 @@ Threads: the TVM runtime's thread pool is set to ``threads`` workers
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,7 +48,6 @@ from fusionviz.backends.base import (
     Compiled,
     ExecutedGraph,
     ExecutedLayer,
-    as_settings,
     cast_feeds,
     first_sentence,
     infer_unclaimed,
@@ -539,38 +537,21 @@ class TvmBackend(Backend):
 
     name: str = "tvm"
     title: str = "TVM"
+    package: ClassVar[str] = "tvm"
+    pip: ClassVar[str] = "apache-tvm"
 
-    def available(self) -> str | None:
-        if importlib.util.find_spec("tvm") is None:
-            return "the 'apache-tvm' package is not installed (pip install apache-tvm)."
-        try:
-            import tvm
-            from tvm.relax.frontend.onnx import from_onnx  # noqa: F401
+    def check(self) -> str | None:
+        import tvm
+        from tvm.relax.frontend.onnx import from_onnx  # noqa: F401
 
-            if not tvm.runtime.enabled("llvm"):
-                return "this TVM build has no LLVM code generator for the CPU."
-        except Exception as exc:  # noqa: BLE001 - rule 2 of base
-            return f"TVM cannot be imported ({first_sentence(exc, limit=160)})."
+        if not tvm.runtime.enabled("llvm"):
+            return "this TVM build has no LLVM code generator for the CPU."
         return None
-
-    def quick_check(self) -> str | None:
-        if importlib.util.find_spec("tvm") is None:
-            return "the 'apache-tvm' package is not installed (pip install apache-tvm)."
-        return None
-
-    def version(self) -> str | None:
-        try:
-            import tvm
-        except Exception:  # noqa: BLE001
-            return None
-        return str(tvm.__version__)
 
     def preload(self, *, threads: int = 1) -> None:
         os.environ.setdefault("TVM_NUM_THREADS", str(int(threads)))
         import tvm  # noqa: F401
         from tvm.relax.frontend.onnx import from_onnx  # noqa: F401
 
-    def compile(self, model_bytes: bytes, *, threads: int = 1,
-                settings: BackendSettings | Mapping[str, Any] | None = None) -> Compiled:
-        self.require()
-        return TvmCompiled(model_bytes, as_settings(settings), threads=threads)
+    def build(self, model_bytes: bytes, settings: BackendSettings, *, threads: int) -> Compiled:
+        return TvmCompiled(model_bytes, settings, threads=threads)
