@@ -13,7 +13,9 @@ Rules:
    and onnxruntime's NCHWc-domain nodes stay fp32, with Casts at the borders. So do the nodes
    around a constant fp16 cannot hold (:func:`fp32_nodes`): an epsilon on its way to a Log, a
    divisor or a root (1e-10 is 0 in fp16, and the converter's clamp to 6e-8 still overflows
-   ``1 / (x + eps)``), and a constant beyond fp16's range (the converter would clamp it).
+   ``1 / (x + eps)``), a constant beyond fp16's range (the converter would clamp it), and
+   the nodes that make or read an activation that grows beyond it on the verification inputs
+   (:func:`fusionviz.passes.ranges.overflowing_nodes`: the fp32 model is run to find them).
 2. int8_dynamic: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, activations
    quantized per run), through files in a temporary folder this module owns and deletes.
 3. int8_static: ``quantize_static`` in QDQ format with a calibration reader over
@@ -57,6 +59,7 @@ from fusionviz.passes.guards import (
     singular_path,
 )
 from fusionviz.passes.hygiene import from_tool
+from fusionviz.passes.ranges import overflowing_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -495,12 +498,17 @@ cosine, top-1 agreement for class scores) instead of failing verification.
 
 **Kept fp32:** besides the sensitive ops, the nodes from a constant fp16 cannot hold to the op
 it protects: an epsilon on its way to a `Log`, a division or a root (`1e-10` is 0 in fp16,
-and `log(x + 0)` is -inf when `x` is 0), and any node reading a constant beyond ±65504.
+and `log(x + 0)` is -inf when `x` is 0), any node reading a constant beyond ±65504, and any
+node that makes or reads an activation that reaches half of that on the verification inputs
+(the fp32 model is run once per input set to find them: a dense layer on 0-255 byte
+embeddings reaches 1.7e6, infinite in fp16).
 Two fp32 nodes in a row pass their value in fp32 (no fp16 round trip between them).
 """
 
     def prepare(self, model: ir.Model) -> dict:
         keep = fp32_nodes(model)
+        for name, why in overflowing_nodes(ir.serde.serialize_model(model)).items():
+            keep.setdefault(name, why)
         for name, why in list(keep.items())[:10]:
             logger.info("fp16: node %s stays fp32: %s", name, why)
         return {"node_block_list": sorted(keep)}

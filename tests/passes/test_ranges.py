@@ -1,0 +1,73 @@
+"""Activation ranges: fp16 keeps the nodes around values that grow beyond its range in fp32."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnxruntime as ort
+
+from fusionviz.inputs import plan_inputs
+from fusionviz.passes.pipeline import run_pipeline
+from fusionviz.passes.ranges import FP16_MAX, overflowing_nodes, peak_magnitudes
+
+# A LayerNorm as TensorFlow exports it: the sum of squares on large inputs (the edge set's 255s:
+# 64 * 255^2 = 4.2e6) is computed by a sensitive op kept in fp32, but the converter casts it to
+# fp16 for the Squeeze, which onnxruntime runs in fp16: infinity, where fp32 gives 202.
+GROWING = """
+<ir_version: 8, opset_import: ["": 18]>
+g (float[1,64] x) => (float[1] y) {
+  axes = Constant <value = int64[1] {1}> ()
+  s = ReduceSumSquare <keepdims = 1> (x, axes)
+  q = Squeeze (s, axes)
+  k = Constant <value = float {10000.0}> ()
+  y = Div (q, k)
+}"""
+
+
+def growing_model() -> onnx.ModelProto:
+    model = onnx.parser.parse_model(GROWING)
+    for i, node in enumerate(model.graph.node):
+        node.name = f"n{i}"
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
+    """As verification runs it: onnxruntime's optimizer off."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def test_peak_magnitudes_sees_the_activation_beyond_fp16():
+    peaks = peak_magnitudes(growing_model())
+    assert peaks["s"][0] > FP16_MAX and peaks["s"][1] == "edge"
+    assert peaks["y"][0] < FP16_MAX / 2  # scaled back into range
+
+
+def test_overflowing_nodes_names_producer_and_reader_with_reason():
+    keep = overflowing_nodes(growing_model())
+    assert set(keep) == {"n1", "n2", "n4"}  # the reduction that makes it, the nodes that read it
+    assert "'s' reaches" in keep["n2"] and "edge inputs" in keep["n2"] and "65504" in keep["n2"]
+
+
+def test_fp16_output_stays_finite_where_fp32_activation_overflows_fp16():
+    model = growing_model()
+    result = run_pipeline(model, ["fp16"])
+    assert any(n.op_type == "Cast" for n in result.final.graph.node), "fp16 did not run"
+    for kind, feeds in plan_inputs(model).input_sets():
+        got, ref = run(result.final, feeds), run(model, feeds)
+        assert np.all(np.isfinite(got)), kind
+        np.testing.assert_allclose(got, ref, rtol=1e-2)
+
+
+def test_unrunnable_model_has_no_ranges_and_no_error():
+    model = onnx.parser.parse_model("""
+<ir_version: 8, opset_import: ["": 17]>
+g (float[1,6] x) => (float[1,4] y) {
+  s = Constant <value = int64[2] {1, 4}> ()
+  y = Reshape (x, s)
+}""")
+    assert peak_magnitudes(model) == {}
+    assert overflowing_nodes(model) == {}
