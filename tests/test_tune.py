@@ -73,7 +73,7 @@ def test_greedy_drops_a_pass_that_slows_things_down_then_picks_the_level(monkeyp
     assert result.best.level == "extended"
     drops = [s for s in result.steps if s.chosen and s.phase.startswith("drop")]
     assert [s.phase for s in drops] == ["drop fold_batchnorm"]
-    assert len(calls) >= 3  # greedy rounds, then the level round
+    assert len(calls) >= 4  # greedy rounds, the level round, the confirmation
     assert result.best_ms == pytest.approx(cost(result.best.passes, bench.Settings("extended")))
     assert json.dumps(result.as_dict())
 
@@ -98,7 +98,7 @@ def test_budget_bounds_the_greedy_phase(monkeypatch):
     monkeypatch.setattr(bench, "run_benchmark", run)
     result = tune(_tiny(), budget_s=0.001, min_time_s=0.01)
     assert result.budget_exhausted
-    assert len(calls) == 1  # only the level round ran
+    assert len(calls) == 2  # only the level round ran, then the confirmation
 
 
 def test_tune_rejects_precision_passes():
@@ -120,3 +120,103 @@ def test_cli_tune_on_tiny_model_returns_verified_winner(tmp_path, capsys):
     model = _tiny()
     assert verify(model, run_pipeline(model, data["best"]["passes"]).final).ok
     assert cli.main(["tune", str(path), "--budget-s", "0"]) == 2
+
+
+def _by_backend(cost_of_backend, *, fail=()):
+    """A fake benchmark where latency depends on (call number, backend, passes); ``fail`` backends
+    cannot compile the model."""
+    calls = []
+
+    def run(variants, **kw):
+        calls.append([v.label for v in variants])
+        out = []
+        for v in variants:
+            b = v.settings.backend
+            if b in fail:
+                out.append(BenchResult(v.label, v.passes, v.settings, None, {},
+                                       error="OpenVINO cannot compile the model: input rank has to be static"))
+                continue
+            ms = cost_of_backend(len(calls), b, v.passes, v.settings)
+            out.append(BenchResult(v.label, v.passes, v.settings, compute_stats([ms] * 5), {"rss_run_mb": 1.0},
+                                   verify={"ok": True, "max_rel_diff": 0.0}, round_medians_ms=(ms,) * 5,
+                                   backend_info={"backend": b, "title": b, "version": "1",
+                                                 "CPU_DENORMALS_OPTIMIZATION": v.settings.denormal_as_zero}))
+        return out
+
+    return run, calls
+
+
+def test_search_spans_backends_and_the_confirmation_reports_the_interval(monkeypatch):
+    def cost(call, backend, passes, settings):
+        return {"ort": 10.0 - 0.1 * len(passes), "openvino": 6.0 + 0.2 * len(passes)}[backend]
+
+    run, calls = _by_backend(cost)
+    monkeypatch.setattr(bench, "run_benchmark", run)
+    monkeypatch.setattr("fusionviz.tune.available_backends", lambda names: (("ort", "openvino"), {}))
+    result = tune(_tiny(), budget_s=1000, min_time_s=0.01, backends=("ort", "openvino"))
+    assert result.best.backend == "openvino" and result.best.passes == ()
+    assert result.ratio == pytest.approx(0.6)
+    lo, hi = result.ratio_ci
+    assert lo <= result.ratio <= hi
+    roles = [c.role for c in result.confirmation]
+    assert roles[0] == "baseline" and "single" in roles
+    data = result.as_dict()
+    assert data["best"]["backend"] == "openvino" and data["best"]["level"] is None
+    assert data["best"]["applied"]["CPU_DENORMALS_OPTIMIZATION"] in (True, False)
+    assert data["ratio_vs_best_single"] == pytest.approx(1.0)
+    assert any(s["phase"] == "backend openvino" for s in data["steps"])
+    assert json.dumps(data)
+
+
+def test_a_winner_slower_in_the_confirmation_gives_way_to_the_best_single_backend(monkeypatch):
+    confirming = {"now": False}
+
+    def cost(call, backend, passes, settings):
+        if backend == "openvino":
+            return 7.0
+        if passes and settings.level == "extended":
+            return 8.0 if confirming["now"] else 5.0  # lucky in the search, slow when measured again
+        return 10.0
+
+    run, calls = _by_backend(cost)
+
+    def watching(variants, **kw):
+        confirming["now"] = any(v.label.endswith((":single", ":candidate")) for v in variants)
+        return run(variants, **kw)
+
+    monkeypatch.setattr(bench, "run_benchmark", watching)
+    monkeypatch.setattr("fusionviz.tune.available_backends", lambda names: (("ort", "openvino"), {}))
+    result = tune(_tiny(), budget_s=1000, min_time_s=0.01, backends=("ort", "openvino"))
+    assert result.candidate is not None and result.candidate.backend == "ort"
+    assert result.best == bench_single("openvino")
+    assert result.ratio == pytest.approx(0.7)
+    assert "recommending that" in result.recommendation
+
+
+def bench_single(backend):
+    from fusionviz.tune import TuneConfig
+
+    return TuneConfig((), backend=backend)
+
+
+def test_a_backend_that_cannot_compile_is_one_line_and_the_others_run(monkeypatch):
+    run, calls = _by_backend(lambda call, b, passes, s: 10.0 - len(passes), fail=("openvino",))
+    monkeypatch.setattr(bench, "run_benchmark", run)
+    monkeypatch.setattr("fusionviz.tune.available_backends",
+                        lambda names: (("ort", "openvino"), {"trt": "TensorRT is not available here: no GPU."}))
+    lines = []
+    result = tune(_tiny(), budget_s=1000, min_time_s=0.01, backends=("ort", "openvino", "trt"), progress=lines.append)
+    assert result.best.backend == "ort" and result.best.passes
+    assert set(result.backend_notes) == {"openvino", "trt"}
+    assert "input rank has to be static" in result.backend_notes["openvino"]
+    assert sum("input rank has to be static" in ln for ln in lines) == 1
+    assert all(c.config.backend != "openvino" for c in result.confirmation)
+
+
+def test_unavailable_backends_are_named_without_starting_anything():
+    from fusionviz.tune import available_backends
+
+    usable, notes = available_backends(["trt"])
+    assert usable[0] == "ort"
+    if "trt" not in usable:
+        assert notes["trt"].startswith("TensorRT is not available here:")

@@ -358,7 +358,7 @@ def first_sentence(exc: BaseException, *, limit: int = 300) -> str:
     """
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     keep = [ln for ln in lines if not ln.startswith(("Exception from ", "Check '", "Traceback", "File \""))
-            and not ln.startswith("[ ERROR ]")]
+            and not ln.startswith(("[ ERROR ]", "To facilitate the conversion", "Summary:"))]
     text = (keep[-1] if keep else (lines[-1] if lines else "")).replace("[ONNXRuntimeError] : ", "")
     text = " ".join(text.split())
     return (text[:limit] or type(exc).__name__).rstrip()

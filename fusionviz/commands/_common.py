@@ -58,6 +58,18 @@ def input_plan_of(args, model, *, run_check: bool = True):
     return plan
 
 
+def load_with_plan(args, *, run_check: bool = True):
+    """MODEL, its input plan (said to the user), ``--shape`` and the feeds bench and tune time with.
+
+    Returns:
+        ``(loaded, plan, shapes, feeds)``.
+    """
+    loaded = load_model_arg(args.model)
+    plan = input_plan_of(args, loaded.proto, run_check=run_check)  # the inputs verify uses
+    say_inputs(plan)
+    return loaded, plan, shapes_of(args), plan.feeds("user" if plan.user_data else "normal")
+
+
 def say_inputs(plan) -> None:
     """Tell the user the inputs used, when fusionviz chose any dim or value."""
     if plan.has_choices:

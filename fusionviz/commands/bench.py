@@ -16,16 +16,7 @@ from __future__ import annotations
 import logging
 
 from fusionviz import errors
-from fusionviz.commands._common import (
-    add_input_args,
-    add_model_arg,
-    input_plan_of,
-    load_model_arg,
-    progress,
-    say_inputs,
-    shapes_of,
-    write_json,
-)
+from fusionviz.commands import _common as common
 from fusionviz.ortlevels import LEVELS
 
 logger = logging.getLogger(__name__)
@@ -33,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="measure latency and memory of variants in onnxruntime")
-    add_model_arg(p)
+    common.add_model_arg(p)
     p.add_argument("--variant", action="append", default=[], metavar="LABEL=PASSLIST",
                    help="a variant: label and comma-separated passes ('all' = every exact pass, "
                         "empty = original); repeatable")
@@ -51,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("--denormal-as-zero", action="store_true",
                    help="flush denormals to zero (onnxruntime session.set_denormal_as_zero, "
                         "OpenVINO CPU_DENORMALS_OPTIMIZATION)")
-    add_input_args(p)
+    common.add_input_args(p)
     p.add_argument("--min-time", type=float, default=1.0, metavar="S", help="timed seconds per variant (default 1)")
     p.add_argument("--max-rounds", type=int, default=500, help="most interleaved rounds (default 500)")
     p.add_argument("--timeout", type=float, default=120, metavar="S", help="time limit per worker (default 120)")
@@ -105,18 +96,18 @@ def build_variants(model, args, settings, shapes) -> list:
         fn = whatif.cumulative if args.whatif == "cumulative" else whatif.leave_one_out
         w = fn(model, passes, settings, shapes=shapes)
         if w.skipped:
-            progress(f"what-if: passes that changed nothing (not measured): {', '.join(w.skipped)}")
+            common.progress(f"what-if: passes that changed nothing (not measured): {', '.join(w.skipped)}")
         variants.extend(w.variants)
     else:
         if not specs:
             specs = [("original", []), ("all passes", registry.default_passes())]
         for label, names in specs:
             if names:
-                progress(f"running passes for '{label}': {', '.join(names)}")
+                common.progress(f"running passes for '{label}': {', '.join(names)}")
                 res = run_pipeline(model, names, shapes=shapes, keep_snapshots=False)
                 for r in res.reports:
                     if r.error:
-                        progress(f"  pass {r.name} skipped: {r.error}")
+                        common.progress(f"  pass {r.name} skipped: {r.error}")
                 variants.extend(per_backend(label, res.final, tuple(names)))
             else:
                 variants.extend(per_backend(label, model, ()))
@@ -127,10 +118,10 @@ def build_variants(model, args, settings, shapes) -> list:
             label = f"original @{lv}"
             if lv != settings.level and label not in have:
                 variants.append(Variant(label, model, dataclasses.replace(settings, level=lv), ()))
-        progress("running reference optimizers (onnxslim, onnxsim, onnxscript, ORT levels)")
+        common.progress("running reference optimizers (onnxslim, onnxsim, onnxscript, ORT levels)")
         refs, failures = whatif.reference_variants(model, settings, shapes=shapes)
         for label, why in failures.items():
-            progress(f"  reference {label} not measured: {why}")
+            common.progress(f"  reference {label} not measured: {why}")
         variants.extend(refs)
     labels = [v.label for v in variants]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
@@ -192,14 +183,10 @@ def run(args) -> int:
                         denormal_as_zero=args.denormal_as_zero, backend=backends[0])
     for v in args.variant:
         _parse_variant(v)  # validate flags before loading anything
-    loaded = load_model_arg(args.model)
-    shapes = shapes_of(args)
-    plan = input_plan_of(args, loaded.proto)  # the inputs verify uses, checked on the original
-    say_inputs(plan)
-    feeds = plan.feeds("user" if plan.user_data else "normal")
+    loaded, plan, shapes, feeds = common.load_with_plan(args)  # the inputs verify uses, checked on the original
     variants = build_variants(loaded.proto, args, settings, shapes)
     on = f" on {', '.join(backends)}" if len(backends) > 1 else ""
-    progress(f"benchmarking {len(variants)} variants of {loaded.name}{on} ({settings.describe()})")
+    common.progress(f"benchmarking {len(variants)} variants of {loaded.name}{on} ({settings.describe()})")
     last = [-1]
 
     def on_progress(frac: float, msg: str) -> None:
@@ -207,7 +194,7 @@ def run(args) -> int:
         if msg.startswith("round") and pct == last[0]:
             return
         last[0] = pct
-        progress(f"[{pct:3d}%] {msg}")
+        common.progress(f"[{pct:3d}%] {msg}")
 
     results = run_benchmark(variants, shapes=plan.shapes(), feeds=feeds, min_time_s=args.min_time,
                             max_rounds=args.max_rounds, timeout_s=args.timeout,
@@ -217,12 +204,12 @@ def run(args) -> int:
     table = "\n".join([_fmt_table(results), *_backend_lines(results)])
     for r in results:
         if r.error is not None and r.backend != "ort":
-            progress(f"{r.label}: {r.error}")
+            common.progress(f"{r.label}: {r.error}")
     if args.json == "-":
-        progress(table)
+        common.progress(table)
     else:
         print(table)
     if args.json:
-        write_json({"model": loaded.name, "sha256": loaded.sha256,
+        common.write_json({"model": loaded.name, "sha256": loaded.sha256,
                     "variants": [r.as_dict() for r in results]}, args.json)
     return 0

@@ -4,26 +4,17 @@
 from __future__ import annotations
 
 from fusionviz import errors, model_io
-from fusionviz.commands._common import (
-    add_input_args,
-    add_model_arg,
-    input_plan_of,
-    load_model_arg,
-    progress,
-    say_inputs,
-    shapes_of,
-    write_json,
-)
+from fusionviz.commands import _common as common
 
 
 def register(sub) -> None:
     p = sub.add_parser("optimize", help="apply passes, verify in onnxruntime, save")
-    add_model_arg(p)
+    common.add_model_arg(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--passes", default=None, help="comma-separated pass names (canonical order is used)")
     g.add_argument("--all", action="store_true", help="every pass that keeps outputs equal")
-    add_input_args(p)
+    common.add_input_args(p)
     p.add_argument("--report", metavar="REPORT.json", help="write a JSON report")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
     p.add_argument("--rtol", type=float, default=1e-4,
@@ -43,12 +34,9 @@ def run(args) -> int:
         if not names:
             raise errors.InputSpecError("--passes is empty; name at least one pass or use --all.")
     passes = registry.resolve(names)  # validates names before any work
-    loaded = load_model_arg(args.model)
-    shapes = shapes_of(args)
-    plan = input_plan_of(args, loaded.proto, run_check=not args.no_verify)  # before any pass runs
-    say_inputs(plan)
+    loaded, plan, shapes, _ = common.load_with_plan(args, run_check=not args.no_verify)  # before any pass runs
     result = run_pipeline(loaded.proto, [p.name for p in passes], keep_snapshots=False,
-                          shapes=shapes, progress=lambda i, n, name: progress(f"[{i}/{n}] {name}") if i < n else None)
+                          shapes=shapes, progress=lambda i, n, name: common.progress(f"[{i}/{n}] {name}") if i < n else None)
     for r in result.reports:
         line = f"{r.name:<28} {len(r.changes):>4} changes  nodes {r.nodes_before} -> {r.nodes_after}  {r.seconds * 1000:.0f} ms"
         if r.error:
@@ -57,7 +45,7 @@ def run(args) -> int:
             line += f"  (declined: {r.declined})"
         elif r.note:
             line += f"  ({r.note})"
-        progress(line)
+        common.progress(line)
     report = {"model": loaded.name, "inputs": plan.describe_lines(), **result.as_dict()}
     code = 0
     if not args.no_verify:
@@ -65,15 +53,15 @@ def run(args) -> int:
         v = verify.verify(result.original, result.final, plan=plan, rtol=args.rtol, atol=args.atol,
                           report_only=not exact, isolated=True)
         report["verify"] = v.as_dict()
-        progress(f"verify: {v.summary()}")
+        common.progress(f"verify: {v.summary()}")
         if v.error:
             raise errors.RuntimeLoadError(v.error)
         if not v.ok and exact:
             code = 3
     model_io.save_model(result.final, args.output)
-    progress(f"nodes {result.nodes_before} -> {result.nodes_after}; wrote {args.output}")
+    common.progress(f"nodes {result.nodes_before} -> {result.nodes_after}; wrote {args.output}")
     if args.report:
-        write_json(report, args.report)
+        common.write_json(report, args.report)
     if code == 3:
         raise errors.VerificationError(
             f"Outputs differ: {report['verify']['failure']} (atol {args.atol:g}, rtol {args.rtol:g}); "
