@@ -13,7 +13,8 @@ Method (DESIGN.md "Benchmark", pyperf-like):
 3. **Workers stay alive across rounds.** The session is created once per variant, warmed up
    (``warmup`` runs, discarded), and the loop count per round is calibrated from the warm-up so a
    variant's turn lasts about ``ROUND_S`` (0.1 s; at least one run, and at most
-   ``min_time_s / MIN_ROUNDS``). Short turns matter on a shared machine: a burst of load from
+   ``min_time_s / MIN_ROUNDS``), and calibrated again after every turn from its median (a
+   warm-up slowed by a burst of load would otherwise leave every later turn too short). Short turns matter on a shared machine: a burst of load from
    another process lasting a second then hits every variant, not one. Rounds then go A B C, B C A, C A B... (the
    start rotates so no variant always follows the same neighbour or the pause between rounds)
    until every variant has ``min_time_s`` of timed runs and ``MIN_ROUNDS`` rounds, or
@@ -453,6 +454,7 @@ class _Job:
     error: str | None = None
     init: dict = dataclasses.field(default_factory=dict)
     loops: int = 1
+    round_ms: float = 0.0  # target length of this variant's turn
     samples: list[float] = dataclasses.field(default_factory=list)
     round_medians: list[float] = dataclasses.field(default_factory=list)
     peak_run_mb: float | None = None
@@ -609,6 +611,11 @@ def run_benchmark(
             shutil.rmtree(tmpdir, ignore_errors=True)
 
 
+def _loops_for(round_ms: float, run_ms: float) -> int:
+    """Runs per turn so that a turn lasts about ``round_ms`` (at least one)."""
+    return max(1, int(math.ceil(round_ms / max(run_ms, 1e-3))))
+
+
 def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shapes, min_time_s, warmup,
                 max_rounds, timeout_s, mem_limit_mb, profile, verify_against, verify_rtol, say,
                 cancel) -> list[BenchResult]:
@@ -674,8 +681,8 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
             reply = job.worker.request({"cmd": "run", "n": warmup})
             times = reply["times_ms"]
             est = float(np.median(times[1:] if len(times) > 1 else times))
-            round_ms = 1000.0 * min(ROUND_S, min_time_s / MIN_ROUNDS)
-            job.loops = max(1, int(math.ceil(round_ms / max(est, 1e-3))))
+            job.round_ms = 1000.0 * min(ROUND_S, min_time_s / MIN_ROUNDS)
+            job.loops = _loops_for(job.round_ms, est)
             job.peak_run_mb = reply["peak_rss_mb"]
         except _WorkerFailed as exc:
             fail(job, exc)
@@ -702,6 +709,9 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
             times = reply["times_ms"]
             job.samples.extend(times)
             job.round_medians.append(float(np.median(times)))
+            # re-calibrated every round: a warm-up slowed by a burst of load would otherwise
+            # leave turns far shorter than planned for the whole run (at most 4x per round)
+            job.loops = min(4 * job.loops, _loops_for(job.round_ms, job.round_medians[-1]))
             job.peak_run_mb = max(job.peak_run_mb or 0.0, reply["peak_rss_mb"])
             if job.processes < PROCESSES and job.measured_s() >= job.processes * min_time_s / PROCESSES:
                 try:  # hand the rest of this variant's runs to a fresh process
