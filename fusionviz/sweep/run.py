@@ -378,38 +378,31 @@ def _run_ray(driver: _Driver, units: list[list[Cell]], *, address: str | None, w
                 inflight[r] = ("check", cells)
                 checks_inflight += 1
 
-        while inflight:
-            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
-            if not ready:
-                driver.tick()
-                continue
-            for r in ready:
-                kind, what = inflight.pop(r)
-                if kind == "plan":
-                    try:
-                        plan = ray.get(r)
-                        error = plan.error
-                    except Exception as exc:  # noqa: BLE001 - rule 4
-                        error = f"cannot plan the model's inputs: {_died(exc)}"
-                    if error:
-                        plan_errors[what] = error
-                        for cells in by_model.pop(what, []):
-                            first = cells[0]
-                            driver.write_checks(cells, [work.error_row(first.model, first.variant, c.backend, error)
-                                                        for c in cells])
-                    else:
-                        ready_units.extend(by_model.pop(what, []))
+        for r, (kind, what) in _as_finished(ray, inflight, driver, then=submit_checks):
+            if kind == "plan":
+                try:
+                    plan = ray.get(r)
+                    error = plan.error
+                except Exception as exc:  # noqa: BLE001 - rule 4
+                    error = f"cannot plan the model's inputs: {_died(exc)}"
+                if error:
+                    plan_errors[what] = error
+                    for cells in by_model.pop(what, []):
+                        first = cells[0]
+                        driver.write_checks(cells, [work.error_row(first.model, first.variant, c.backend, error)
+                                                    for c in cells])
                 else:
-                    checks_inflight -= 1
-                    cells = what
-                    first = cells[0]
-                    try:
-                        rows = ray.get(r)
-                    except Exception as exc:  # noqa: BLE001 - rule 4
-                        logger.warning("check of %s / %s failed: %s", first.model.name, first.variant.label, exc)
-                        rows = [work.error_row(first.model, first.variant, c.backend, _died(exc)) for c in cells]
-                    driver.write_checks(cells, rows)
-            submit_checks()
+                    ready_units.extend(by_model.pop(what, []))
+            else:
+                checks_inflight -= 1
+                cells = what
+                first = cells[0]
+                try:
+                    rows = ray.get(r)
+                except Exception as exc:  # noqa: BLE001 - rule 4
+                    logger.warning("check of %s / %s failed: %s", first.model.name, first.variant.label, exc)
+                    rows = [work.error_row(first.model, first.variant, c.backend, _died(exc)) for c in cells]
+                driver.write_checks(cells, rows)
         if not timing:
             return
         todo = _to_time(driver)
@@ -420,18 +413,27 @@ def _run_ray(driver: _Driver, units: list[list[Cell]], *, address: str | None, w
             r = tasks.time_task.options(**opts).remote(c.model, data_refs.get(c.model.name),
                                                        plan_refs[c.model.name], c.variant, c.backend, min_time_s)
             inflight[r] = ("time", c)
-        while inflight:
-            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
-            if not ready:
-                driver.tick()
-                continue
-            for r in ready:
-                _, c = inflight.pop(r)
-                try:
-                    row = ray.get(r)
-                except Exception as exc:  # noqa: BLE001 - rule 4
-                    row = {"error": f"not timed: {_died(exc)}", "min_time_s": min_time_s}
-                driver.write_timing(c, row)
+        for r, (_, c) in _as_finished(ray, inflight, driver):
+            try:
+                row = ray.get(r)
+            except Exception as exc:  # noqa: BLE001 - rule 4
+                row = {"error": f"not timed: {_died(exc)}", "min_time_s": min_time_s}
+            driver.write_timing(c, row)
+
+
+def _as_finished(ray, inflight: dict, driver, then: Callable[[], None] | None = None):
+    """Yield ``(ref, what)`` for each task of ``inflight`` as it finishes (popped from it),
+    ticking the driver's progress while none does; ``then()`` after each batch (it may add
+    tasks)."""
+    while inflight:
+        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+        if not ready:
+            driver.tick()
+            continue
+        for r in ready:
+            yield r, inflight.pop(r)
+        if then is not None:
+            then()
 
 
 def run_sweep(models: Sequence[ModelRef], variants: Sequence[PassSet], *, store: SweepStore,

@@ -128,20 +128,17 @@ class SweepStore:
 
     def put_cell(self, row: Mapping[str, Any]) -> None:
         """Insert or replace one check row (``row`` has the ``cells`` columns) and commit."""
-        values = {f: _to_db(row.get(f)) for f in _CELL_FIELDS}
-        values["finished_at"] = values["finished_at"] or time.time()
-        self._db.execute(f"INSERT OR REPLACE INTO cells ({', '.join(_CELL_FIELDS)}) "
-                         f"VALUES ({', '.join('?' * len(_CELL_FIELDS))})",
-                         [values[f] for f in _CELL_FIELDS])
-        self._db.commit()
+        self._put("cells", _CELL_FIELDS, row)
 
     def put_timing(self, row: Mapping[str, Any]) -> None:
         """Insert or replace one timing row (``timings`` columns) and commit."""
-        values = {f: _to_db(row.get(f)) for f in _TIMING_FIELDS}
+        self._put("timings", _TIMING_FIELDS, row)
+
+    def _put(self, table: str, fields: Sequence[str], row: Mapping[str, Any]) -> None:
+        values = {f: _to_db(row.get(f)) for f in fields}
         values["finished_at"] = values["finished_at"] or time.time()
-        self._db.execute(f"INSERT OR REPLACE INTO timings ({', '.join(_TIMING_FIELDS)}) "
-                         f"VALUES ({', '.join('?' * len(_TIMING_FIELDS))})",
-                         [values[f] for f in _TIMING_FIELDS])
+        self._db.execute(f"INSERT OR REPLACE INTO {table} ({', '.join(fields)}) "
+                         f"VALUES ({', '.join('?' * len(fields))})", [values[f] for f in fields])
         self._db.commit()
 
     # ------------------------------------------------------------------ reading
