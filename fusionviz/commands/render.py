@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-import time
 from pathlib import Path
 
 from fusionviz import errors
@@ -111,8 +110,12 @@ def _run_compiled(args, out: Path, fmt: str) -> int:
     """``--compiled BACKEND``: compile, read the executed graph, draw it (or MODEL with its provenance)."""
     from fusionviz.backends import get_backend
     from fusionviz.graphview import RenderOptions, render_graph, render_svg
-    from fusionviz.graphview.compiled import CompiledRenderOptions, executed_diff, render_executed
-    from fusionviz.inputs import make_inputs
+    from fusionviz.graphview.compiled import (
+        CompiledRenderOptions,
+        compile_executed,
+        executed_diff,
+        render_executed,
+    )
 
     if args.diff or args.focus or args.collapse or args.changed_only:
         raise errors.RenderError("--compiled draws the executed graph; it cannot be combined with "
@@ -125,20 +128,8 @@ def _run_compiled(args, out: Path, fmt: str) -> int:
     backend.require()
     loaded = load_model_arg(args.model)
     model = loaded.proto
-    shapes = shapes_of(args)
-    feeds = make_inputs(model, shapes or None)
-    t0 = time.perf_counter()
-    compiled = backend.compile(model.SerializeToString(), threads=args.threads,
-                               settings={"input_shapes": {k: list(v.shape) for k, v in feeds.items()},
-                                         "output_names": [o.name for o in model.graph.output],
-                                         "profile_layers": bool(args.layer_times)})
-    compile_s = time.perf_counter() - t0
-    graph = compiled.executed_graph()
-    if graph is None:
-        raise errors.RenderError(f"The {backend.title} backend cannot describe the graph it executes.")
-    if args.layer_times:
-        prof = compiled.profile(feeds, 5)
-        graph = graph.with_times({name: rec["ms"] for name, rec in prof["by_node"].items()})
+    graph, compile_s = compile_executed(model, args.compiled, shapes=shapes_of(args), layer_times=args.layer_times,
+                                        threads=args.threads)
     if args.side == "before":
         kw = {} if args.max_nodes is None else {"max_nodes": args.max_nodes}
         rendered = render_graph(model, diff=executed_diff(model, graph), side="before",

@@ -300,3 +300,87 @@ def render_executed(graph: ExecutedGraph, *, options: CompiledRenderOptions | No
     out.append("}")
     return Rendered(dot="\n".join(out) + "\n", drawn=len(drawn_layers), total=len(body),
                     note=" ".join(notes) or None, node_ids=node_ids, scope_ids={}, legend=tuple(legend))
+
+
+def compile_executed(model: onnx.ModelProto, backend: str, *, shapes=None, layer_times: bool = False,
+                     threads: int = 1, runs: int = 5) -> tuple[ExecutedGraph, float]:
+    """Compile ``model`` with ``backend`` and read the graph it executes (what ``render --compiled``
+    and the Graph page draw).
+
+    Args:
+        model: the ONNX model.
+        backend: a backend name ("openvino", "tvm").
+        shapes: concrete shapes for inputs with symbolic dims (``--shape``).
+        layer_times: also measure per-layer times over ``runs`` profiled inferences.
+        threads: intra-op threads.
+        runs: profiled inferences when ``layer_times``.
+
+    Returns:
+        (the executed graph, seconds the compilation took).
+
+    Raises:
+        fusionviz.backends.BackendUnavailableError: the backend cannot be used here.
+        fusionviz.backends.BackendError: it could not compile or run the model.
+        fusionviz.errors.RenderError: the backend cannot describe what it executes.
+    """
+    import time
+
+    from fusionviz.backends import get_backend
+    from fusionviz.inputs import make_inputs
+
+    b = get_backend(backend)
+    b.require()
+    feeds = make_inputs(model, {k: list(v) for k, v in (shapes or {}).items()} or None)
+    t0 = time.perf_counter()
+    compiled = b.compile(model.SerializeToString(), threads=threads,
+                         settings={"input_shapes": {k: list(v.shape) for k, v in feeds.items()},
+                                   "output_names": [o.name for o in model.graph.output],
+                                   "profile_layers": bool(layer_times)})
+    compile_s = time.perf_counter() - t0
+    graph = compiled.executed_graph()
+    if graph is None:
+        raise errors.RenderError(f"The {b.title} backend cannot describe the graph it executes.")
+    if layer_times:
+        prof = compiled.profile(feeds, runs)
+        graph = graph.with_times({name: rec["ms"] for name, rec in prof["by_node"].items()})
+    return graph, compile_s
+
+
+def _compile_child(data: bytes, backend: str, shapes, layer_times: bool, threads: int):
+    """:func:`compile_executed` in a child process: (graph, seconds) or (None, error sentence)."""
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    try:
+        return compile_executed(model, backend, shapes=shapes, layer_times=layer_times, threads=threads)
+    except errors.FusionvizError as exc:
+        return None, str(exc)
+
+
+def compile_executed_isolated(model: onnx.ModelProto, backend: str, *, shapes=None, layer_times: bool = False,
+                              threads: int = 1, timeout_s: float = 600.0) -> tuple[ExecutedGraph, float]:
+    """:func:`compile_executed` in a fresh process, so a runtime that crashes or leaks threads and
+    memory cannot take the caller (the app's server) with it.
+
+    Raises:
+        fusionviz.errors.RuntimeLoadError: the child failed, crashed or ran out of time (one sentence).
+    """
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    from fusionviz.backends.registry import TITLES, canonical
+
+    title = TITLES.get(canonical(backend), backend)
+    with cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+        fut = pool.submit(_compile_child, model.SerializeToString(), backend,
+                          {k: list(v) for k, v in (shapes or {}).items()}, layer_times, threads)
+        try:
+            graph, got = fut.result(timeout=timeout_s)
+        except cf.TimeoutError:
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.kill()
+            raise errors.RuntimeLoadError(f"{title} did not finish compiling within {timeout_s:g} s.") from None
+        except cf.process.BrokenProcessPool:
+            raise errors.RuntimeLoadError(f"{title} crashed while compiling the model.") from None
+    if graph is None:
+        raise errors.RuntimeLoadError(str(got))
+    return graph, float(got)
