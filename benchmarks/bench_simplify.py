@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fusionviz import samples  # noqa: E402
 from fusionviz.passes import run_pipeline  # noqa: E402
-from fusionviz.passes.simplify import PASSES  # noqa: E402
+from fusionviz.passes.base import Category  # noqa: E402
+from fusionviz.passes.registry import all_passes  # noqa: E402
 from fusionviz.verify import verify  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def bn_ready(model: onnx.ModelProto) -> tuple[int, int]:
 
 def measure(path: Path, rtol: float) -> dict:
     model = onnx.load(str(path))
-    names = [p.name for p in PASSES]
+    names = [p.name for p in all_passes() if p.category is Category.SIMPLIFY]
     result = run_pipeline(model, names)
     v = verify(result.original, result.final, rtol=rtol)
     ready, total = bn_ready(result.final)

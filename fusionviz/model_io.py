@@ -789,19 +789,3 @@ def _finish(model: onnx.ModelProto, *, name: str, size: int, source: str, limits
     display = Path(name).name or "model.onnx"
     return LoadedModel(proto=model, name=display, sha256=model_hash(model), size_bytes=size,
                        source=source)
-
-
-# Kept for callers of the earlier private name (passes.pipeline.count_nodes imports it).
-def _count_nodes(graph: onnx.GraphProto) -> int:
-    n = 0
-    stack = [graph]
-    while stack:
-        g = stack.pop()
-        n += len(g.node)
-        for node in g.node:
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    stack.append(attr.g)
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    stack.extend(attr.graphs)
-    return n

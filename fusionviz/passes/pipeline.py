@@ -5,6 +5,10 @@ onnx-ir model; the pipeline records a ModelProto snapshot after it, its changes,
 wall time. A pass that raises is reported (``error``) and skipped: the model is restored to the
 snapshot before it, so one broken rule never loses the user's work.
 
+Each pass's own contract (:mod:`fusionviz.passes.base`) is checked by its ``apply``: an unmet
+precondition is reported as *skipped* with its sentence, a broken postcondition as *declined*
+(the pass is rolled back). A pass failure names the pass and the passes that ran before it.
+
 The validity rule (:mod:`fusionviz.passes.validity`) is every pass's postcondition: no invalid
 model leaves the pipeline. It is checked on the final model of a run; only when that fails is
 the run repeated with the rule checked after every pass that changed something, and a pass
@@ -24,7 +28,9 @@ import onnx_ir as ir
 
 from fusionviz import errors
 from fusionviz.passes import registry, validity
-from fusionviz.passes.base import Change, all_nodes, ensure_unique_names
+from fusionviz.passes.base import Change, Pass, PostconditionError, PreconditionError
+from fusionviz.passes.provenance import ensure_unique_names
+from fusionviz.passes.walk import all_nodes, count_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -110,14 +116,6 @@ class PipelineResult:
         }
 
 
-def count_nodes(model: ir.Model | onnx.ModelProto) -> int:
-    if isinstance(model, onnx.ModelProto):
-        from fusionviz.model_io import _count_nodes
-
-        return _count_nodes(model.graph)
-    return len(all_nodes(model))
-
-
 def fix_input_shapes(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> None:
     """Replace symbolic input dims with the given concrete ones (like onnxsim's overwrite_input_shapes)."""
     by_name = {v.name: v for v in model.graph.inputs}
@@ -174,6 +172,14 @@ def _shapes_still_fresh(p, model: ir.Model, inferred: dict[int, ir.Value]) -> bo
             if id(v) not in inferred and (v.dtype is None or v.shape is None):
                 return False
     return True
+
+
+def _restored(p: Pass, work: ir.Model, before: onnx.ModelProto) -> ir.Model:
+    """The model as it was before ``p``: ``work`` itself when ``p`` is functional and leaves its
+    input alone, else a fresh copy of the snapshot."""
+    if not p.in_place and not p.changes_input:
+        return work
+    return to_ir(before)
 
 
 def run_pipeline(
@@ -233,7 +239,7 @@ def run_pipeline(
             reports.append(PassReport(p.name, p.title, (), n0, n0, time.perf_counter() - t, note=p.skip_reason()))
             snapshots.append(Snapshot(p.name, snapshots[-1].model, n0))
             continue
-        error = None
+        error = declined = None
         changes: list[Change] = []
         try:
             if p.needs_shapes and not shapes_fresh:
@@ -241,19 +247,29 @@ def run_pipeline(
                 shapes_fresh = True
                 inferred = _values_by_id(work)
             work, changes = p.apply(work)
+        except PreconditionError as exc:  # nothing was changed: skipped, with the reason
+            reports.append(PassReport(p.name, p.title, (), n0, n0, time.perf_counter() - t, note=str(exc)))
+            snapshots.append(Snapshot(p.name, snapshots[-1].model, n0))
+            continue
+        except PostconditionError as exc:  # rolled back like a result that breaks the validity rule
+            declined = str(exc)
         except errors.FusionvizError as exc:
             error = str(exc)
         except Exception as exc:  # noqa: BLE001 - a broken rule must not lose the user's work
             logger.exception("pass %s failed", p.name)
             error = f"{type(exc).__name__}: {exc}"
+        if (error is not None or declined is not None) and not keep_snapshots:
+            # nothing to restore from: run again with snapshots
+            return run_pipeline(model, pass_names, shapes=shapes, progress=progress,
+                                validate=validate, _careful=_careful)
         if error is not None:
-            if not keep_snapshots:  # nothing to restore from: run again the careful way
-                return run_pipeline(model, pass_names, shapes=shapes, progress=progress,
-                                    validate=validate, _careful=_careful)
             error = f"{error} (after: {', '.join(r.name for r in reports) or 'no other pass'})"
-            work = to_ir(snapshots[-1].model)
+            work = _restored(p, work, snapshots[-1].model)
             changes = []
-        declined = None
+        elif declined is not None:  # its own postcondition: rolled back like a broken validity rule
+            logger.info("pass %s declined: %s", p.name, declined)
+            work = _restored(p, work, snapshots[-1].model)
+            changes = []
         proto = None
         if changes and _careful:
             proto = to_proto(work)

@@ -1,52 +1,72 @@
 """Every pass, in canonical order; lookup by name.
 
-Pass modules list their passes in ``PASSES``; each pass has an ``order`` number that fixes
-where it runs: simplify 100-199, fuse 200-389, precision 400-409, layout/memory 410-499.
-One simplification runs late on purpose: ``dedup_initializers`` (390), after the fusions,
-because merging equal weights makes them shared, and a shared weight blocks BatchNorm folding.
-Precision passes run on the fused graph but before the layout pass: int8 quantization cannot
-read onnxruntime's NCHWc kernels (it would quantize nothing) and fp16 would wrap each of them
-in Casts, while the layout capture handles a quantized or fp16 graph as it is.
-Running any subset keeps that order, so toggling one pass never reorders the others.
+Passes are found, not listed: every module of the family packages in :data:`_MODULES`
+(``simplify``, ``fuse``, ``layout``, ``precision``) is imported, and every :class:`Pass`
+subclass with a ``name`` defined there is registered. Adding a pass is adding a module.
+A plain module in :data:`_MODULES` (tests add one) contributes the passes defined in it.
+
+Each pass declares its canonical position (``order``, within its category's range:
+:data:`fusionviz.passes.base.ORDER_RANGES`). Running any subset keeps that order, so toggling
+one pass never reorders the others.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
+import pkgutil
 from collections.abc import Iterable
+from types import ModuleType
 
 from fusionviz import errors
-from fusionviz.passes.base import Pass
+from fusionviz.passes.base import ORDER_RANGES, Pass
 
 _MODULES = (
     "fusionviz.passes.simplify",
-    "fusionviz.passes.fuse_conv",
-    "fusionviz.passes.fuse_matmul",
-    "fusionviz.passes.fuse_norm_act",
-    "fusionviz.passes.fuse_transformer",
+    "fusionviz.passes.fuse",
     "fusionviz.passes.layout",
-    "fusionviz.passes.denormal",
     "fusionviz.passes.precision",
 )
 
 _CACHE: list[Pass] | None = None
 
 
+def _modules(name: str) -> list[ModuleType]:
+    """The module ``name`` and, for a package, every module below it."""
+    mod = importlib.import_module(name)
+    found = [mod]
+    for info in pkgutil.walk_packages(getattr(mod, "__path__", []), prefix=f"{name}."):
+        found.append(importlib.import_module(info.name))
+    return found
+
+
+def _declared(mod: ModuleType) -> list[type[Pass]]:
+    return [obj for obj in vars(mod).values()
+            if isinstance(obj, type) and issubclass(obj, Pass) and obj.__module__ == mod.__name__ and obj.name]
+
+
+def _check_order(cls: type[Pass]) -> None:
+    ranges = ORDER_RANGES.get(cls.category, ())
+    if ranges and not any(cls.order in r for r in ranges):
+        allowed = ", ".join(f"{r.start}-{r.stop - 1}" for r in ranges)
+        raise RuntimeError(f"pass {cls.name}: order {cls.order} is outside its category's range ({allowed})")
+
+
 def all_passes() -> list[Pass]:
     """Instances of every registered pass, in canonical order."""
     global _CACHE
     if _CACHE is None:
-        import importlib
-
         found: list[type[Pass]] = []
-        for mod_name in _MODULES:
-            mod = importlib.import_module(mod_name)
-            found.extend(getattr(mod, "PASSES", []))
+        for name in _MODULES:
+            for mod in _modules(name):
+                found.extend(cls for cls in _declared(mod) if cls not in found)
         names = [p.name for p in found]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise RuntimeError(f"duplicate pass names: {sorted(dupes)}")
-        found.sort(key=lambda cls: getattr(cls, "order", 1000))
+        for cls in found:
+            _check_order(cls)
+        found.sort(key=lambda cls: cls.order)
         _CACHE = [cls() for cls in found]
     return list(_CACHE)
 

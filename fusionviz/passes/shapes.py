@@ -4,19 +4,21 @@ onnx-ir's ``ShapeInferencePass`` serializes the model (without big initializers)
 ``onnx.shape_inference.infer_shapes`` and then deserializes the *whole* inferred model to merge
 types and shapes back by value name. The merge is most of its cost on the models here (two
 thirds on a 30-node model). This does the same inference (same C API call, same options, same
-handling of big initializers via onnx-ir's ``call_onnx_api``) but merges straight from the
+handling of big initializers via onnx-ir's ``call_onnx_api``, reached through
+:mod:`fusionviz.passes._compat`) but merges straight from the
 inferred ``ValueInfoProto`` entries, without rebuilding nodes and tensors.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes.common import _c_api_utils
 
-from fusionviz.passes.base import all_nodes
+from fusionviz.passes._compat import call_onnx_api
+from fusionviz.passes.walk import all_nodes, subgraphs
 from fusionviz.summary import iter_graphs
 
 logger = logging.getLogger(__name__)
@@ -29,11 +31,7 @@ def _values_by_name(model: ir.Model) -> dict[str, ir.Value]:
         for v in node.outputs:
             if v.name:
                 out.setdefault(v.name, v)
-        for attr in node.attributes.data.values():
-            if attr.type is ir.AttributeType.GRAPH:
-                graphs.append(attr.value)
-            elif attr.type is ir.AttributeType.GRAPHS:
-                graphs.extend(attr.value)
+        graphs.extend(subgraphs(node))
     for g in graphs:
         for v in g.inputs:
             if v.name:
@@ -56,7 +54,7 @@ def infer_shapes(model: ir.Model) -> bool:
         return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
 
     try:
-        inferred = _c_api_utils.call_onnx_api(run, model)
+        inferred = call_onnx_api(run, model)
     except Exception as exc:  # noqa: BLE001 - best effort: passes cope without shapes
         logger.info("shape inference failed: %s", " ".join(str(exc).split())[:300])
         return False
@@ -91,7 +89,19 @@ def strict_inference_error(model: ir.Model | onnx.ModelProto) -> str | None:
         if isinstance(model, onnx.ModelProto):
             run(model)
         else:
-            _c_api_utils.call_onnx_api(run, model)
+            call_onnx_api(run, model)
     except Exception as exc:  # noqa: BLE001 - InferenceError, ValidationError, ...
         return " ".join(str(exc).split())[:300]
     return None
+
+
+def infer_shapes_if_needed(model: ir.Model, values: Sequence[ir.Value | None] = ()) -> None:
+    """Shape inference into ``model`` in place, unless ``values`` all have types and shapes.
+
+    Passes that need shapes only when there is something to match call this lazily, instead of
+    setting ``needs_shapes`` (which would make the pipeline infer shapes on every model).
+    Failures leave the model as it was (rules then fail their checks with a reason).
+    """
+    if values and all(v is None or (v.shape is not None and v.dtype is not None) for v in values):
+        return
+    infer_shapes(model)  # best effort, like the pipeline's: failures are logged

@@ -26,7 +26,7 @@ import logging
 import numpy as np
 import onnx_ir as ir
 
-from fusionviz.passes.base import Category, Change, ChangeKind, Pass, ensure_unique_names
+from fusionviz.passes.base import Category, Change, ChangeKind, Outcome, Pass
 from fusionviz.passes.guards import singular_path
 
 logger = logging.getLogger(__name__)
@@ -110,13 +110,12 @@ ordinary numbers, so there is no slow path to avoid, and zeroing them would chan
 **Math:** `w' = 0 if |w| < 2⁻¹²⁶ else w` (fp32).
 """
 
-    def apply(self, model: ir.Model) -> tuple[ir.Model, list[Change]]:
+    def transform(self, model: ir.Model) -> Outcome:
         """Rule 4: the flush changes initializers, not nodes, so the Change is made here."""
-        ensure_unique_names(model)
         flushed, reason = flush_model(model)
         logger.info("denormal_flush: %s", reason)
         if not flushed:
-            return model, []
+            return Outcome()
         consumers: list[str] = []
         ops: list[str] = []
         for name in flushed:
@@ -127,11 +126,8 @@ ordinary numbers, so there is no slow path to avoid, and zeroing them would chan
         detail = reason + ": " + ", ".join(f"{k} ({v})" for k, v in list(flushed.items())[:10])
         if len(flushed) > 10:
             detail += f", ... ({len(flushed) - 10} more)"
-        return model, [Change(ChangeKind.CHANGED, self.name, tuple(consumers), tuple(consumers),
-                              tuple(ops), tuple(ops), detail)]
-
-    def transform(self, model: ir.Model) -> None:
-        flush_model(model)
+        return Outcome(changes=(Change(ChangeKind.CHANGED, self.name, tuple(consumers), tuple(consumers),
+                                       tuple(ops), tuple(ops), detail),))
 
 
 def flush_model(model: ir.Model, *, rtol: float = 1e-4) -> tuple[dict[str, int], str]:
@@ -161,4 +157,3 @@ def flush_model(model: ir.Model, *, rtol: float = 1e-4) -> tuple[dict[str, int],
             f"initializer{'s' if n_init != 1 else ''} (outputs {v.summary()})")
 
 
-PASSES: list[type[Pass]] = [DenormalFlush]

@@ -1,4 +1,4 @@
-"""Layout pass: onnxruntime's NCHWc blocked layout, captured as a visible graph rewrite.
+"""nchwc_layout: onnxruntime's NCHWc blocked layout, captured as a visible graph rewrite.
 
 onnxruntime's CPU provider rewrites convolutional networks at its "layout" level: 4-D Conv,
 pooling and element-wise chains move into the ``com.microsoft.nchwc`` domain, which stores
@@ -40,6 +40,7 @@ import onnx
 import onnx_ir as ir
 
 from fusionviz.passes.base import Category, Pass
+from fusionviz.passes.facts import onnx_opset
 from fusionviz.passes.hygiene import from_tool
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class NchwcLayout(Pass):
     category = Category.LAYOUT
     order = 410
     trigger_ops = frozenset({"Conv", "FusedConv"})
+    in_place = False  # returns the graph onnxruntime saved, read back as a new model
     needs_shapes = False
     explain = """\
 **What:** rewrites convolutional parts of the graph into onnxruntime's **NCHWc** blocked layout —
@@ -188,7 +190,7 @@ convolution sums are the same products, possibly in a different order (fp32 roun
 
         proto = ir.serde.serialize_model(model)
         data = proto.SerializeToString()  # once: capture and verification both load these bytes
-        opset = int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0)) or 0)
+        opset = onnx_opset(model)
         try:
             captured_bytes = capture_ort_bytes(data, disabled_optimizers=disabled_fusions(opset))
         except Exception as exc:  # noqa: BLE001 - a pass that does not apply never raises
@@ -223,4 +225,3 @@ convolution sums are the same products, possibly in a different order (fp32 roun
         return new
 
 
-PASSES: list[type[Pass]] = [NchwcLayout]

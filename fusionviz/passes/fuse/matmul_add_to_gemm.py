@@ -1,4 +1,4 @@
-"""MatMul fusions: MatMul + Add into Gemm.
+"""matmul_add_to_gemm: MatMul + Add into Gemm.
 
 Wraps onnxscript's ``matmul_add_to_gemm`` rules (plain, and with a 2-D Transpose on either
 operand folded into ``transA`` / ``transB``) with one guard the library lacks:
@@ -12,16 +12,13 @@ operand folded into ``transA`` / ``transB``) with one guard the library lacks:
 
 from __future__ import annotations
 
-import logging
-
 import onnx_ir as ir
 from onnxscript.rewriter import pattern as orp
-from onnxscript.rewriter.rules.common import _matmul_add_to_gemm as _lib
 
+from fusionviz.passes import _compat
 from fusionviz.passes.base import Category, Pass
-from fusionviz.passes.fuse_conv import apply_rules, infer_shapes_if_needed
-
-logger = logging.getLogger(__name__)
+from fusionviz.passes.rewrite import apply_rules
+from fusionviz.passes.shapes import infer_shapes_if_needed
 
 
 def _dim(shape: ir.Shape | None, i: int):
@@ -53,19 +50,19 @@ class _CBroadcastGuard:
         return r
 
 
-class _MatMulAdd(_CBroadcastGuard, _lib.MatMulAddToGemm):
+class _MatMulAdd(_CBroadcastGuard, _compat.MatMulAddToGemm):
     pass
 
 
-class _TransAMatMulAdd(_CBroadcastGuard, _lib.TransAMatMulAddToGemm):
+class _TransAMatMulAdd(_CBroadcastGuard, _compat.TransAMatMulAddToGemm):
     pass
 
 
-class _TransBMatMulAdd(_CBroadcastGuard, _lib.TransBMatMulAddToGemm):
+class _TransBMatMulAdd(_CBroadcastGuard, _compat.TransBMatMulAddToGemm):
     pass
 
 
-class _TransABMatMulAdd(_CBroadcastGuard, _lib.TransABMatMulAddToGemm):
+class _TransABMatMulAdd(_CBroadcastGuard, _compat.TransABMatMulAddToGemm):
     pass
 
 
@@ -111,6 +108,3 @@ operand would broadcast the product to a bigger shape, or whose shapes are unkno
             _MatMulAdd.rule(),
         ]
         apply_rules(model, rules, commute=True)
-
-
-PASSES: list[type[Pass]] = [MatMulAddToGemm]

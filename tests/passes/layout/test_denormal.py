@@ -8,7 +8,11 @@ import onnx.helper as oh
 import onnx.numpy_helper as onh
 import onnx_ir as ir
 
-from fusionviz.passes.denormal import count_denormals, find_denormal_initializers, flush_denormals
+from fusionviz.passes.layout.denormal import (
+    count_denormals,
+    find_denormal_initializers,
+    flush_denormals,
+)
 from fusionviz.passes.pipeline import run_pipeline
 from fusionviz.verify import verify
 

@@ -7,7 +7,7 @@ import onnx
 import onnx.helper as oh
 import onnx.numpy_helper as onh
 
-from fusionviz.passes.layout import NCHWC
+from fusionviz.passes.layout.nchwc import NCHWC
 from fusionviz.passes.pipeline import run_pipeline
 from fusionviz.verify import make_session, run_model, verify
 
