@@ -143,6 +143,12 @@ class Pass:
     #: True for passes that rebuild the whole model and implement :meth:`origin_tensor`.
     uses_origin_hints: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "apply" in vars(cls):
+            raise TypeError(f"{cls.__name__} overrides Pass.apply: the bookkeeping is the engine's; "
+                            "implement transform (and return an Outcome for extra Changes)")
+
     def origin_tensor(self, node: ir.Node) -> str | None:
         """For passes that rebuild the whole model (names of tensors change): the *original*
         output tensor whose producer ``node`` stands for, or None. When a pass overrides this,
@@ -214,4 +220,3 @@ class Pass:
         }
 
 
-_snapshot_nodes = snapshot_nodes  # TEMP: until precision.py is moved

@@ -33,17 +33,15 @@ import logging
 import onnx
 import onnx_ir as ir
 
+from fusionviz.passes.walk import graphs, proto_graphs
+
 logger = logging.getLogger(__name__)
-
-
-def _graphs(model: ir.Model) -> list[ir.Graph]:
-    return list(model.graphs())
 
 
 def all_value_names(model: ir.Model) -> set[str]:
     """Every value name used anywhere in the model: inputs, outputs, initializers, node outputs."""
     names: set[str] = set()
-    for g in _graphs(model):
+    for g in graphs(model):
         names.update(v.name for v in g.inputs if v.name)
         names.update(v.name for v in g.outputs if v.name)
         names.update(g.initializers.keys())
@@ -90,12 +88,12 @@ def unique_value_names(model: ir.Model) -> int:
     how ONNX writes an optional output that is not requested (naming it would make the node
     compute it, or make a BatchNormalization in inference mode invalid).
     """
-    graphs = _graphs(model)
+    all_graphs = graphs(model)
     taken: set[str] = set()
     seen: set[int] = set()
     renamed = 0
     first = [*model.graph.inputs, *model.graph.outputs]
-    for v in first + [v for g in graphs for v in _defined_values(g)]:
+    for v in first + [v for g in all_graphs for v in _defined_values(g)]:
         if id(v) in seen or v.name == "":
             continue
         seen.add(id(v))
@@ -113,7 +111,7 @@ def unique_value_names(model: ir.Model) -> int:
 def absent_outputs(model: ir.Model) -> list[ir.Value]:
     """Node outputs with an empty name (optional outputs not requested), to restore with
     :func:`restore_absent_outputs` after a library pass that names every value."""
-    return [v for g in _graphs(model) for n in g for v in n.outputs if v.name == ""]
+    return [v for g in graphs(model) for n in g for v in n.outputs if v.name == ""]
 
 
 def restore_absent_outputs(values: list[ir.Value]) -> None:
@@ -127,7 +125,7 @@ def initializers_need_ir4(model: ir.Model) -> bool:
     if model.ir_version >= 4:
         return False
     inputs = {v.name for v in model.graph.inputs}
-    for g in _graphs(model):
+    for g in graphs(model):
         if any(name not in inputs for name in g.initializers):
             model.ir_version = 4
             return True
@@ -138,7 +136,7 @@ def forget_negative_dims(model: ir.Model) -> int:
     """Rule 4 in place: negative dims become unknown ones; returns how many values changed."""
     changed = 0
     seen: set[int] = set()
-    for g in _graphs(model):
+    for g in graphs(model):
         values = [*g.inputs, *g.outputs, *g.initializers.values()]
         values += [v for node in g for v in node.outputs]
         for v in values:
@@ -206,14 +204,8 @@ def forget_contradicted_output_shapes(model: ir.Model) -> list[str]:
 
 
 def _drop_value_info(graph: onnx.GraphProto) -> None:
-    del graph.value_info[:]
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _drop_value_info(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    _drop_value_info(g)
+    for g in proto_graphs(graph):
+        del g.value_info[:]
 
 
 def keep_declared_io(model: ir.Model, original: onnx.ModelProto) -> None:

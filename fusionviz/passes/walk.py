@@ -8,9 +8,13 @@
    :func:`graph_likes` adds the model's local functions, which hold nodes too.
 3. :func:`count_nodes`: the node count the reports show, for an onnx-ir model or a ModelProto
    (the same nodes in both forms).
+4. :func:`proto_graphs`: a ``GraphProto`` and every subgraph in it, depth first, for the code
+   that edits what a tool wrote before it is read into onnx-ir.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import onnx
 import onnx_ir as ir
@@ -70,3 +74,10 @@ def count_nodes(model: ir.Model | onnx.ModelProto) -> int:
 
         return count_proto_nodes(model)
     return len(all_nodes(model))
+
+
+def proto_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """Rule 4: ``graph`` and every subgraph in it (If/Loop/Scan bodies), depth first."""
+    from fusionviz.summary import iter_graphs
+
+    return iter_graphs(graph)

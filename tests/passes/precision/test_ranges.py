@@ -9,7 +9,7 @@ import onnxruntime as ort
 
 from fusionviz.inputs import plan_inputs
 from fusionviz.passes.pipeline import run_pipeline
-from fusionviz.passes.ranges import FP16_MAX, overflowing_nodes, peak_magnitudes
+from fusionviz.passes.precision.ranges import FP16_MAX, overflowing_nodes, peak_magnitudes
 
 # A LayerNorm as TensorFlow exports it: the sum of squares on large inputs (the edge set's 255s:
 # 64 * 255^2 = 4.2e6) is computed by a sensitive op kept in fp32, but the converter casts it to
