@@ -47,6 +47,7 @@ TS_OPSET = 17
 DYNAMO_OPSET = 18
 RESNET_SHAPE = (1, 3, 224, 224)
 MOBILENET_SHAPE = (1, 3, 112, 112)
+EFFICIENTNET_SHAPE = (1, 3, 224, 224)
 BERT_VOCAB = 1000
 BERT_MAX_POS = 128
 
@@ -113,6 +114,16 @@ SAMPLES: tuple[SampleSpec, ...] = (
          "in_place"),
         "torch.onnx.export(dynamo=False, training=PRESERVE, do_constant_folding=False, opset 17)",
         ("BatchNormalization", "HardSwish", "HardSigmoid", "GlobalAveragePool", "Conv", "Mul"),
+    ),
+    SampleSpec(
+        "efficientnet",
+        "EfficientNet-B0-style CNN (TorchScript export)",
+        "EfficientNet-B0 scaled to half width: MBConv blocks with depthwise 3x3/5x5 convs, SiLU "
+        "(Sigmoid * x), squeeze-excite and BatchNorm kept: fusion and in-place friendly.",
+        ("fold_batchnorm", "conv_activation", "depthwise_conv", "squeeze_excite", "swish",
+         "memory_plan", "in_place"),
+        "torch.onnx.export(dynamo=False, training=PRESERVE, do_constant_folding=False, opset 17)",
+        ("BatchNormalization", "Conv", "Sigmoid", "Mul", "GlobalAveragePool", "Add", "Gemm"),
     ),
     SampleSpec(
         "textbook",
@@ -287,6 +298,74 @@ def build_mobilenet():
 
     model = MobileNetV3()
     gen = torch.Generator().manual_seed(SEED + 2)
+    _randomize_batchnorm(model, gen)
+    return model.eval()
+
+
+def build_efficientnet(width: float = 0.5):
+    """EfficientNet-B0's layout at ``width`` × its channels: MBConv (1×1 expand → depthwise k×k →
+    squeeze-excite → 1×1 project, residual when the shape allows), SiLU, BN kept."""
+    torch = _torch()
+    nn = torch.nn
+
+    def ch(c: int) -> int:
+        return max(8, int(c * width + 4) // 8 * 8)
+
+    def conv_bn(cin: int, cout: int, k: int, s: int, groups: int = 1, act: bool = True):
+        mods = [nn.Conv2d(cin, cout, k, s, (k - 1) // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+        if act:
+            mods.append(nn.SiLU())
+        return nn.Sequential(*mods)
+
+    class SqueezeExcite(nn.Module):
+        def __init__(self, c: int, squeezed: int) -> None:
+            super().__init__()
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.reduce = nn.Conv2d(c, squeezed, 1)
+            self.act = nn.SiLU()
+            self.expand = nn.Conv2d(squeezed, c, 1)
+            self.gate = nn.Sigmoid()
+
+        def forward(self, x):
+            return x * self.gate(self.expand(self.act(self.reduce(self.pool(x)))))
+
+    class MBConv(nn.Module):
+        def __init__(self, cin: int, cout: int, k: int, s: int, expand: int) -> None:
+            super().__init__()
+            mid = cin * expand
+            layers = [conv_bn(cin, mid, 1, 1)] if expand != 1 else []
+            layers += [conv_bn(mid, mid, k, s, groups=mid), SqueezeExcite(mid, max(1, cin // 4)),
+                       conv_bn(mid, cout, 1, 1, act=False)]
+            self.block = nn.Sequential(*layers)
+            self.residual = s == 1 and cin == cout
+
+        def forward(self, x):
+            y = self.block(x)
+            return x + y if self.residual else y
+
+    # EfficientNet-B0: (expand, kernel, stride, out channels, repeats)
+    stages = [(1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
+              (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)]
+
+    class EfficientNet(nn.Module):
+        def __init__(self, classes: int = 100) -> None:
+            super().__init__()
+            layers = [conv_bn(3, ch(32), 3, 2)]
+            cin = ch(32)
+            for expand, k, s, cout, repeats in stages:
+                for i in range(repeats):
+                    layers.append(MBConv(cin, ch(cout), k, s if i == 0 else 1, expand))
+                    cin = ch(cout)
+            layers.append(conv_bn(cin, ch(1280), 1, 1))
+            self.features = nn.Sequential(*layers)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(ch(1280), classes))
+
+        def forward(self, input):  # noqa: A002
+            return self.classifier(torch.flatten(self.pool(self.features(input)), 1))
+
+    model = EfficientNet()
+    gen = torch.Generator().manual_seed(SEED + 3)
     _randomize_batchnorm(model, gen)
     return model.eval()
 
@@ -611,6 +690,18 @@ def make_mobilenet(out: Path, check: bool) -> None:
         compare("mobilenet", ort_run(out / "mobilenet.onnx", {"input": x.numpy()})[0], want)
 
 
+def make_efficientnet(out: Path, check: bool) -> None:
+    import torch
+
+    model = build_efficientnet()
+    x = torch.from_numpy(_image_input(EFFICIENTNET_SHAPE))
+    export_torchscript(model, (x,), out / "efficientnet.onnx", input_names=["input"], output_names=["output"])
+    if check:
+        with torch.no_grad():
+            want = model(x).numpy()
+        compare("efficientnet", ort_run(out / "efficientnet.onnx", {"input": x.numpy()})[0], want)
+
+
 def _bert_inputs(batch: int, seq: int, pad: int = 0):
     import torch
 
@@ -656,6 +747,7 @@ MAKERS: dict[str, tuple[tuple[str, ...], Callable[[Path, bool], None]]] = {
     "resnet": (("resnet_ts", "resnet_dynamo"), make_resnet),
     "bert": (("bert_ts", "bert_dynamo"), make_bert),
     "mobilenet": (("mobilenet",), make_mobilenet),
+    "efficientnet": (("efficientnet",), make_efficientnet),
     "textbook": (("textbook",), make_textbook),
 }
 

@@ -30,7 +30,7 @@ NAMES = [e["name"] for e in INDEX]
 MAX_BYTES = 15 * 1024 * 1024
 MAX_TOTAL_BYTES = 25 * 1024 * 1024
 
-EXPECTED = {"resnet_ts", "resnet_dynamo", "bert_ts", "bert_dynamo", "mobilenet", "textbook"}
+EXPECTED = {"resnet_ts", "resnet_dynamo", "bert_ts", "bert_dynamo", "mobilenet", "efficientnet", "textbook"}
 
 # Ops each sample must contain (independent of the must_have list the script writes).
 REQUIRED_OPS = {
@@ -39,10 +39,11 @@ REQUIRED_OPS = {
     "bert_ts": {"Softmax", "Erf", "MatMul", "LayerNormalization", "Transpose"},
     "bert_dynamo": {"Softmax", "Erf", "MatMul", "LayerNormalization", "Transpose"},
     "mobilenet": {"Conv", "BatchNormalization", "HardSwish", "HardSigmoid", "GlobalAveragePool", "Mul"},
+    "efficientnet": {"Conv", "BatchNormalization", "Sigmoid", "Mul", "GlobalAveragePool", "Add", "Gemm"},
     "textbook": {"Identity", "Dropout", "Pad", "Transpose", "Cast", "Conv", "BatchNormalization",
                  "Relu", "MatMul", "Add", "Mul", "Shape", "Reshape"},
 }
-HAS_BATCHNORM = ("resnet_ts", "resnet_dynamo", "mobilenet", "textbook")
+HAS_BATCHNORM = ("resnet_ts", "resnet_dynamo", "mobilenet", "efficientnet", "textbook")
 
 
 def _proto(name: str) -> onnx.ModelProto:
