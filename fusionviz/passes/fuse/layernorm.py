@@ -12,7 +12,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern as orp
 
 from fusionviz.passes import _compat
-from fusionviz.passes.base import Category, Pass
+from fusionviz.passes.base import Category, Pass, PreconditionError
 from fusionviz.passes.facts import onnx_opset
 from fusionviz.passes.rewrite import apply_rules
 from fusionviz.passes.shapes import infer_shapes_if_needed
@@ -110,9 +110,14 @@ intermediate (e.g. the mean) used elsewhere. Exporters that already emit
 """
     needs_shapes = False  # infers shapes itself, only when there is a ReduceMean or LayerNormalization
 
+    def requires(self, model: ir.Model) -> None:
+        opset = onnx_opset(model)
+        if opset < 17:
+            raise PreconditionError(f"nothing to do: ONNX opset {opset} has no LayerNormalization (17 or newer)")
+
     def transform(self, model: ir.Model) -> None:
         means = [n for n in model.graph if n.op_type in ("ReduceMean", "LayerNormalization")]
-        if onnx_opset(model) < 17 or not means:
+        if not means:
             return
         infer_shapes_if_needed(model, [n.inputs[0] for n in means])
         apply_rules(model, [_GuardedLayerNorm.rule(False), _GuardedLayerNorm.rule(True)])
