@@ -119,6 +119,9 @@ class Outcome:
     changes: tuple[Change, ...] = ()
 
 
+_DECLARABLE = frozenset({"name", "category", "order", "trigger_ops", "in_place", "changes_input"})
+
+
 class Pass:
     """Base class. Subclasses set the class attributes and implement :meth:`transform`."""
 
@@ -143,8 +146,15 @@ class Pass:
     #: True for passes that rebuild the whole model and implement :meth:`origin_tensor`.
     uses_origin_hints: ClassVar[bool] = False
 
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
+    def __init_subclass__(cls, **declared) -> None:
+        """``class P(Pass, name=..., category=..., order=..., trigger_ops=...)``: the declaration
+        in the class statement (class attributes work too)."""
+        unknown = set(declared) - _DECLARABLE
+        if unknown:
+            raise TypeError(f"{cls.__name__}: {sorted(unknown)} are not parts of the pass contract")
+        for key, value in declared.items():
+            setattr(cls, key, frozenset(value) if key == "trigger_ops" else value)
+        super().__init_subclass__()
         if "apply" in vars(cls):
             raise TypeError(f"{cls.__name__} overrides Pass.apply: the bookkeeping is the engine's; "
                             "implement transform (and return an Outcome for extra Changes)")

@@ -29,12 +29,9 @@ logger = logging.getLogger(__name__)
 _ATTN_NAME = re.compile(r"(.+)_attn(?:_\d+)?")
 
 
-class AttentionFusion(Pass):
-    name = "attention_fusion"
+class AttentionFusion(Pass, name="attention_fusion", category=Category.FUSE, order=300,
+                      trigger_ops={"Softmax"}):
     title = "Attention → com.microsoft.Attention"
-    category = Category.FUSE
-    order = 300
-    trigger_ops = frozenset({"Softmax"})
     needs_shapes = True
     explain = """\
 **What:** finds self-attention written out op by op — three projections `x·W+b`, reshape to

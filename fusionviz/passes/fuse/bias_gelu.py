@@ -79,12 +79,9 @@ def _erf_gelu(erf: ir.Node) -> tuple[ir.Value, list[ir.Node], ir.Value] | None:
     return None
 
 
-class BiasGeluFusion(Pass):
-    name = "bias_gelu_fusion"
+class BiasGeluFusion(Pass, name="bias_gelu_fusion", category=Category.FUSE, order=320,
+                     trigger_ops={"Gelu", "FastGelu", "Erf"}):
     title = "Bias + GELU → BiasGelu / FastGelu"
-    category = Category.FUSE
-    order = 320
-    trigger_ops = frozenset({"Gelu", "FastGelu", "Erf"})
     needs_shapes = True
     explain = """\
 **What:** `Gelu(x + b)` with a 1-D constant bias `b` (the feed-forward layer's first bias)

@@ -73,14 +73,11 @@ class _ConvActivation(orp.RewriteRuleClassBase):
                             activation=self._act, **extra, **attrs)
 
 
-class FuseConvActivation(Pass):
+class FuseConvActivation(Pass, name="fuse_conv_activation", category=Category.FUSE, order=260,
+                         trigger_ops={"Conv"}):
     """Conv + activation into onnxruntime's contrib ``com.microsoft.FusedConv``."""
 
-    name = "fuse_conv_activation"
     title = "Fuse Conv + activation (FusedConv)"
-    category = Category.FUSE
-    order = 260
-    trigger_ops = frozenset({"Conv"})
     explain = """\
 **What:** `Conv` followed by `Relu`, `Clip` (ReLU6), `Sigmoid`, `HardSigmoid`, `LeakyRelu`,
 `Tanh` or `HardSwish` becomes one `com.microsoft.FusedConv` node (onnxruntime's contrib

@@ -38,14 +38,11 @@ class _ConvShift(ConvAffineBase):
         return self._new_conv(op, conv, None, -vec if self._subtract else vec)
 
 
-class FuseConvAddBias(Pass):
+class FuseConvAddBias(Pass, name="fuse_conv_add_bias", category=Category.FUSE, order=220,
+                      trigger_ops={"Conv"}):
     """Conv followed by Add/Sub of a per-channel constant: merged into the Conv bias."""
 
-    name = "fuse_conv_add_bias"
     title = "Fold Add(bias) after Conv into the Conv bias"
-    category = Category.FUSE
-    order = 220
-    trigger_ops = frozenset({"Conv"})
     explain = """\
 **What:** `Conv(x, W[, b]) → Add(t)` (or `Sub(t)`) with a constant `t` that has one value per
 output channel (shape `(C,1,1)`, `(1,C,1,1)`, or a scalar) becomes `Conv(x, W, b + t)`.

@@ -114,14 +114,11 @@ class _GuardedAffineConv(_compat.AffineConvFusion):
                        **conv_out.producer().attributes)
 
 
-class FuseConvAffine(Pass):
+class FuseConvAffine(Pass, name="fuse_conv_affine", category=Category.FUSE, order=215,
+                     trigger_ops={"Conv"}):
     """Per-channel Mul (and following Add) after Conv folded into the Conv's weights and bias."""
 
-    name = "fuse_conv_affine"
     title = "Fold affine Mul/Add after Conv into its weights"
-    category = Category.FUSE
-    order = 215
-    trigger_ops = frozenset({"Conv"})
     explain = """\
 **What:** `Conv → Mul(s)` (or `Div(d)`, i.e. `s = 1/d`), optionally followed by `Add(t)`,
 where `s` and `t` are constants with one value per output channel (or one scalar), becomes

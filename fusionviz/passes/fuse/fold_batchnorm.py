@@ -162,14 +162,11 @@ class _FoldBNMatMul(_BatchNormGuards, orp.RewriteRuleClassBase):
         )
 
 
-class FoldBatchNorm(Pass):
+class FoldBatchNorm(Pass, name="fold_batchnorm", category=Category.FUSE, order=210,
+                    trigger_ops={"BatchNormalization"}):
     """BatchNormalization after Conv / ConvTranspose / Gemm / MatMul folded into the weights."""
 
-    name = "fold_batchnorm"
     title = "Fold BatchNorm into Conv / ConvTranspose / Gemm / MatMul"
-    category = Category.FUSE
-    order = 210
-    trigger_ops = frozenset({"BatchNormalization"})
     explain = """\
 **What:** an inference-mode `BatchNormalization` that directly follows a `Conv`,
 `ConvTranspose`, `Gemm` or `MatMul` (constant 2-D weight, rank-2 input) disappears: its

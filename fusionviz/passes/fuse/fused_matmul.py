@@ -27,12 +27,9 @@ def _swap_last2(node: ir.Node, rank: int | None) -> bool:
     return n >= 2 and perm[:-2] == list(range(n - 2)) and perm[-2:] == [n - 1, n - 2]
 
 
-class FusedMatMulFusion(Pass):
-    name = "fused_matmul"
+class FusedMatMulFusion(Pass, name="fused_matmul", category=Category.FUSE, order=330,
+                        trigger_ops={"MatMul"}):
     title = "MatMul + Transpose/scale → FusedMatMul"
-    category = Category.FUSE
-    order = 330
-    trigger_ops = frozenset({"MatMul"})
     needs_shapes = True
     explain = """\
 **What:** a `MatMul` whose operand is a `Transpose` of its last two axes, and/or whose output or

@@ -127,14 +127,11 @@ def _commuted(kind: str) -> list[orp.RewriteRule]:
     return _RULE_CACHE[kind]
 
 
-class FuseGelu(Pass):
+class FuseGelu(Pass, name="fuse_gelu", category=Category.FUSE, order=280, trigger_ops=frozenset({"Erf",
+               "Tanh"})):
     """Erf- and tanh-form GELU subgraphs into one Gelu node."""
 
-    name = "fuse_gelu"
     title = "Fuse GELU (erf and tanh forms)"
-    category = Category.FUSE
-    order = 280
-    trigger_ops = frozenset({"Erf", "Tanh"})
     explain = """\
 **What:** the 5–9 elementwise nodes exporters write for GELU become one node:
 

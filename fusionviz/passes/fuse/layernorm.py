@@ -82,14 +82,11 @@ class _GuardedLayerNormBias(_compat.LayerNormBiasFusion):
         return _last_dim_param(x, bias, "bias")
 
 
-class FuseLayerNorm(Pass):
+class FuseLayerNorm(Pass, name="fuse_layernorm", category=Category.FUSE, order=285,
+                    trigger_ops={"ReduceMean", "LayerNormalization"}):
     """Decomposed LayerNorm (ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add) into LayerNormalization."""
 
-    name = "fuse_layernorm"
     title = "Fuse decomposed LayerNorm into LayerNormalization"
-    category = Category.FUSE
-    order = 285
-    trigger_ops = frozenset({"ReduceMean", "LayerNormalization"})
     explain = """\
 **What:** the nine nodes of a hand-written layer norm over the last axis
 

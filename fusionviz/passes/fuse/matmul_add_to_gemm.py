@@ -66,14 +66,11 @@ class _TransABMatMulAdd(_CBroadcastGuard, _compat.TransABMatMulAddToGemm):
     pass
 
 
-class MatMulAddToGemm(Pass):
+class MatMulAddToGemm(Pass, name="matmul_add_to_gemm", category=Category.FUSE, order=240,
+                      trigger_ops={"MatMul"}):
     """MatMul + Add (2-D) into one Gemm, absorbing 2-D Transposes into transA/transB."""
 
-    name = "matmul_add_to_gemm"
     title = "Fuse MatMul + Add into Gemm"
-    category = Category.FUSE
-    order = 240
-    trigger_ops = frozenset({"MatMul"})
     explain = """\
 **What:** `Add(MatMul(A, B), C)` with 2-D `A` and `B` becomes `Gemm(A, B, C)`
 (`Y = α·A·B + β·C`, here α = β = 1). A 2-D `Transpose` on `A` or `B` is absorbed into

@@ -179,14 +179,11 @@ class _PadPool(orp.RewriteRuleClassBase):
         return op.op(self._op_type, x, _name=pool_node.name, **attrs)
 
 
-class FusePadIntoConv(Pass):
+class FusePadIntoConv(Pass, name="fuse_pad_into_conv", category=Category.FUSE, order=225,
+                      trigger_ops={"Pad"}):
     """Pad (zero, constant, spatial only) folded into Conv pads; also into pools where exact."""
 
-    name = "fuse_pad_into_conv"
     title = "Fold Pad into Conv / pool padding"
-    category = Category.FUSE
-    order = 225
-    trigger_ops = frozenset({"Pad"})
     explain = """\
 **What:** a separate `Pad` in front of a `Conv` (constant mode, value 0, constant amounts,
 only spatial axes) is removed and its amounts are added to the Conv's own `pads`. Also into

@@ -42,12 +42,9 @@ def _is_3d_same(a: ir.Value, b: ir.Value) -> str | None:
     return f"shapes {list(sa.dims)} and {list(sb.dims)} are not (B,S,H) + (B|1,S,H)"
 
 
-class SkipLayerNormFusion(Pass):
-    name = "skip_layernorm_fusion"
+class SkipLayerNormFusion(Pass, name="skip_layernorm_fusion", category=Category.FUSE, order=310,
+                          trigger_ops={"LayerNormalization"}):
     title = "Add + LayerNormalization → SkipLayerNormalization"
-    category = Category.FUSE
-    order = 310
-    trigger_ops = frozenset({"LayerNormalization"})
     needs_shapes = True
     explain = """\
 **What:** `LayerNormalization(a + b [+ bias])` — the residual connection of every transformer

@@ -82,11 +82,8 @@ def find_denormal_initializers(model: ir.Model) -> dict[str, tuple[np.ndarray, i
     return found
 
 
-class DenormalFlush(Pass):
-    name = "denormal_flush"
+class DenormalFlush(Pass, name="denormal_flush", category=Category.LAYOUT, order=450):
     title = "Flush denormal weights to zero"
-    category = Category.LAYOUT
-    order = 450
     needs_shapes = False
     explain = """\
 **What:** finds float weights in the *denormal* (subnormal) range — `0 < |x| < 1.1754944e-38`

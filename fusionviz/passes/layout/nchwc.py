@@ -138,12 +138,9 @@ def capture_ort_bytes(proto: onnx.ModelProto | bytes, level: str = "all",
             return f.read()
 
 
-class NchwcLayout(Pass):
-    name = "nchwc_layout"
+class NchwcLayout(Pass, name="nchwc_layout", category=Category.LAYOUT, order=410,
+                  trigger_ops={"Conv", "FusedConv"}):
     title = "NCHWc blocked layout (onnxruntime's layout level, captured)"
-    category = Category.LAYOUT
-    order = 410
-    trigger_ops = frozenset({"Conv", "FusedConv"})
     in_place = False  # returns the graph onnxruntime saved, read back as a new model
     needs_shapes = False
     explain = """\

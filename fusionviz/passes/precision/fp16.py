@@ -114,10 +114,8 @@ def drop_round_trips(model: ir.Model, original_names: set[str]) -> int:
     return dropped
 
 
-class Fp16(ToolPass):
-    name = "fp16"
+class Fp16(ToolPass, name="fp16", order=400):
     title = "FP16 (inputs/outputs kept fp32)"
-    order = 400
     explain = """\
 **What:** converts weights and computation to 16-bit floats, keeping the model's inputs and
 outputs fp32 (Casts at the borders) and leaving numerically sensitive ops in fp32 (exponentials,

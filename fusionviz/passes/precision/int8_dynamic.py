@@ -25,10 +25,8 @@ def quantize_int8_dynamic(model: onnx.ModelProto, nodes_to_exclude: Iterable[str
         return onnx.load(dst)
 
 
-class Int8Dynamic(ToolPass):
-    name = "int8_dynamic"
+class Int8Dynamic(ToolPass, name="int8_dynamic", order=402):
     title = "INT8 dynamic quantization"
-    order = 402
     explain = """\
 **What:** onnxruntime's dynamic quantization: MatMul/Gemm/Conv/Attention weights are stored as
 int8 with a per-tensor scale; activations are quantized on the fly each run

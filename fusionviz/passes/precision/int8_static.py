@@ -62,10 +62,8 @@ def quantize_int8_static(model: onnx.ModelProto,
         return onnx.load(dst)
 
 
-class Int8Static(ToolPass):
-    name = "int8_static"
+class Int8Static(ToolPass, name="int8_static", order=404):
     title = "INT8 static quantization (QDQ, calibrated)"
-    order = 404
     explain = f"""\
 **What:** onnxruntime's static quantization in QDQ format: activation ranges are *calibrated* in
 advance (min/max over {CALIBRATION_SAMPLES} deterministic random inputs here, or your own inputs

@@ -30,14 +30,11 @@ def _cast_expand_rules() -> tuple[orp.RewriteRule, ...]:
     ))
 
 
-class CastExpandSimplify(Pass):
+class CastExpandSimplify(Pass, name="cast_expand_simplify", category=Category.SIMPLIFY, order=115,
+                         trigger_ops={"Cast", "CastLike", "Expand"}):
     """CastLike/Cast/Expand rules: own CastLikeToCast, LosslessCastCast, ExpandNoOp + onnxscript's."""
 
-    name = "cast_expand_simplify"
     title = "CastLike / Cast / Expand simplification"
-    category = Category.SIMPLIFY
-    order = 115
-    trigger_ops = frozenset({"Cast", "CastLike", "Expand"})
     needs_shapes = True
     explain = """\
 **What:** where types and shapes are statically known:

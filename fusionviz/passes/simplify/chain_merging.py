@@ -27,14 +27,11 @@ def _chain_rules() -> tuple[orp.RewriteRule, ...]:
     ))
 
 
-class ChainMerging(Pass):
+class ChainMerging(Pass, name="chain_merging", category=Category.SIMPLIFY, order=140,
+                   trigger_ops={"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Cast", "Slice"}):
     """onnxscript chain rules plus LosslessCastCast and SliceSlice."""
 
-    name = "chain_merging"
     title = "Transpose / Reshape / Squeeze / Cast / Slice chain merging"
-    category = Category.SIMPLIFY
-    order = 140
-    trigger_ops = frozenset({"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Cast", "Slice"})
     needs_shapes = True
     explain = """\
 **What:** merges runs of the same data-movement op into one:

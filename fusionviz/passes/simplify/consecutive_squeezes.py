@@ -89,12 +89,9 @@ class SqueezeSqueeze(orp.RewriteRuleClassBase):
         return op.Squeeze(x, axes=self._axes)
 
 
-class FuseConsecutiveSqueezes(Pass):
-    name = "fuse_consecutive_squeezes"
+class FuseConsecutiveSqueezes(Pass, name="fuse_consecutive_squeezes", category=Category.SIMPLIFY,
+                              order=145, trigger_ops={"Squeeze"}):
     title = "Merge consecutive Squeezes"
-    category = Category.SIMPLIFY
-    order = 145
-    trigger_ops = frozenset({"Squeeze"})
     explain = """\
 **What:** `Squeeze(Squeeze(x, a1), a2)` becomes one `Squeeze(x, a)`: the second Squeeze's axes
 count the dimensions the first one kept, so they are mapped back to `x`'s and merged with `a1`.

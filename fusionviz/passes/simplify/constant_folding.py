@@ -46,13 +46,10 @@ def pin_initializer_inputs(model: ir.Model) -> int:
     return dropped
 
 
-class ConstantFolding(Pass):
+class ConstantFolding(Pass, name="constant_folding", category=Category.SIMPLIFY, order=110):
     """Wraps onnxscript's FoldConstantsPass and onnx-ir's LiftConstantsToInitializersPass."""
 
-    name = "constant_folding"
     title = "Constant folding"
-    category = Category.SIMPLIFY
-    order = 110
     needs_shapes = True
     refines_shapes = True
     # Folds in place; when it declines, or folds the main graph only, it returns a model rebuilt

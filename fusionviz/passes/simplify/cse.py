@@ -9,13 +9,10 @@ from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.cleanup import Cleanup
 
 
-class CommonSubexpressionElimination(Pass):
+class CommonSubexpressionElimination(Pass, name="cse", category=Category.SIMPLIFY, order=150):
     """Wraps onnx-ir's CommonSubexpressionEliminationPass."""
 
-    name = "cse"
     title = "Common subexpression elimination"
-    category = Category.SIMPLIFY
-    order = 150
     explain = """\
 **What:** when two nodes run the same op with the same attributes on the same inputs, the
 second is removed and its consumers use the first one's output. Random ops and control flow

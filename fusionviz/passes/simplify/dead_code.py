@@ -12,13 +12,10 @@ from onnx_ir.passes.common import (
 from fusionviz.passes.base import Category, Pass
 
 
-class DeadCodeElimination(Pass):
+class DeadCodeElimination(Pass, name="dead_code_elimination", category=Category.SIMPLIFY, order=190):
     """Wraps onnx-ir's RemoveUnusedNodesPass, RemoveUnusedFunctionsPass, RemoveUnusedOpsetsPass."""
 
-    name = "dead_code_elimination"
     title = "Dead code elimination"
-    category = Category.SIMPLIFY
-    order = 190
     explain = """\
 **What:** removes nodes whose outputs reach no graph output, initializers nothing uses, model
 functions nothing calls and opset imports no node needs.

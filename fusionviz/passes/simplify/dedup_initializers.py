@@ -35,16 +35,13 @@ def _may_have_duplicates(model: ir.Model) -> bool:
     return False
 
 
-class DeduplicateInitializers(Pass):
+class DeduplicateInitializers(Pass, name="dedup_initializers", category=Category.SIMPLIFY, order=390):
     """Wraps onnx-ir's DeduplicateHashedInitializersPass (sha512, then exact byte comparison)."""
 
-    name = "dedup_initializers"
     title = "Duplicate initializer merging"
-    category = Category.SIMPLIFY
     # After the fusions, not with the other simplifications: merged weights are shared weights,
     # and folding passes (BatchNorm into Conv) must not fold into a shared weight. Running last
     # also merges the weights the fusions create.
-    order = 390
     explain = """\
 **What:** initializers with the same dtype, shape and bytes are merged into one; every node
 that used a copy now uses the kept one (reported as *changed* on those nodes). Graph inputs

@@ -33,14 +33,11 @@ def _dropout_is_inference(node: ir.Node, opset: int) -> tuple[bool, str]:
     return True, ""
 
 
-class DropoutElimination(Pass):
+class DropoutElimination(Pass, name="dropout_elimination", category=Category.SIMPLIFY, order=125,
+                         trigger_ops={"Dropout"}):
     """Own rule (onnxscript's dropout rules only match the attribute form of opset < 12)."""
 
-    name = "dropout_elimination"
     title = "Dropout elimination (inference)"
-    category = Category.SIMPLIFY
-    order = 125
-    trigger_ops = frozenset({"Dropout"})
     explain = """\
 **What:** at inference a `Dropout` passes its input through unchanged (any ratio), so it is
 removed. A Dropout in training mode (`training_mode` true, or not a constant) is kept. When its

@@ -56,14 +56,11 @@ def eliminate_identity(node: ir.Node) -> bool:
     return True
 
 
-class IdentityElimination(Pass):
+class IdentityElimination(Pass, name="identity_elimination", category=Category.SIMPLIFY, order=120,
+                          trigger_ops={"Identity"}):
     """onnx-ir's IdentityEliminationPass cases, with a guard for outputs fed by outputs."""
 
-    name = "identity_elimination"
     title = "Identity elimination"
-    category = Category.SIMPLIFY
-    order = 120
-    trigger_ops = frozenset({"Identity"})
     explain = """\
 **What:** removes `Identity` nodes, wiring their consumers straight to the input.
 An Identity that produces a graph output is kept when its input is a graph input, an

@@ -50,13 +50,10 @@ def _noop_rules() -> tuple[orp.RewriteRule, ...]:
     ))
 
 
-class NoOpElimination(Pass):
+class NoOpElimination(Pass, name="noop_elimination", category=Category.SIMPLIFY, order=130):
     """onnxscript no-op rules plus broadcast-aware own rules."""
 
-    name = "noop_elimination"
     title = "No-op elimination"
-    category = Category.SIMPLIFY
-    order = 130
     needs_shapes = True
     explain = """\
 **What:** removes nodes that return their input unchanged: `x+0`, `x-0`, `x*1`, `x/1` (the
