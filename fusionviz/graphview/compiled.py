@@ -89,6 +89,12 @@ class CompiledRenderOptions:
     legend: bool = True
 
 
+def _title(backend: str) -> str:
+    from fusionviz.backends.registry import TITLES
+
+    return TITLES.get(backend, backend)
+
+
 def layer_family(layer: ExecutedLayer) -> str:
     """The colour family of an executed layer (``fusionviz.graphview.dot.FAMILY_FILL`` key)."""
     fam = _TYPE_FAMILY.get(layer.layer_type)
@@ -291,7 +297,7 @@ def render_executed(graph: ExecutedGraph, *, options: CompiledRenderOptions | No
         rows = "".join(f'<TR><TD BGCOLOR="{D.html_text(f)}" COLOR="{D.html_text(b)}" BORDER="1" WIDTH="14" '
                        f'HEIGHT="10"></TD><TD ALIGN="LEFT">{D.html_text(t)}</TD></TR>' for t, f, b in legend)
         label = D.HtmlLabel('<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="2" CELLPADDING="2">'
-                            f'<TR><TD COLSPAN="2"><B>{D.html_text(graph.backend)} layers</B></TD></TR>'
+                            f'<TR><TD COLSPAN="2"><B>{D.html_text(_title(graph.backend))} layers</B></TD></TR>'
                             + rows + "</TABLE>")
         out.append("  legend " + D.attrs(label=label, shape="plaintext", style="filled", fillcolor="white",
                                            color="white", fontsize="9") + ";")

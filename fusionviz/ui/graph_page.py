@@ -36,7 +36,7 @@ import onnx
 import streamlit as st
 
 from fusionviz import errors
-from fusionviz.ui import cache, common, state
+from fusionviz.ui import cache, common, compiled_view, state
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator
@@ -566,6 +566,9 @@ def body() -> None:
     st.markdown(_CSS, unsafe_allow_html=True)
     _focus_from_url()
     result = common.current_pipeline()
+    view = compiled_view.view_choice()  # "compiled by OpenVINO / TVM" lives in compiled_view.py
+    if view != "passes":
+        return compiled_view.body(loaded, result, view)
     choice = st.session_state.get(state.COMPARE, "current")
     before, after, key, caption = pick_pair(loaded, result, choice)
     diff = cache.diff(key, before, after)
