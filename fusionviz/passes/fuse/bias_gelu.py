@@ -11,13 +11,11 @@ from fusionviz.passes.facts import const_value
 from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import
 from fusionviz.passes.fuse.transformer_common import (
     float32_or_unknown,
-    in_graph_order,
-    latest,
     peel_scale,
     produced_by,
-    replace_value,
     scalar,
     single_use,
+    substitute,
 )
 from fusionviz.passes.hygiene import Namer
 
@@ -127,13 +125,7 @@ unfused Erf form).
                 continue
             x, b, add = ba
             new = ir.node(kind, [x, b], domain=MS_DOMAIN, name="")
-            model.graph.insert_before(latest(model, nodes), new)
-            new.outputs[0].name = namer(f"{y.name}_{kind.lower()}")
-            new.outputs[0].shape, new.outputs[0].type = y.shape, y.type
-            replace_value(y, new.outputs[0], namer)
-            for n in reversed(in_graph_order(model, [add, *nodes])):
-                if all(not o.uses() and not o.is_graph_output() for o in n.outputs):
-                    model.graph.remove(n, safe=True)
+            substitute(model, new, [add, *nodes], y, namer, kind.lower())
             fused += 1
         if fused:
             ensure_ms_import(model)

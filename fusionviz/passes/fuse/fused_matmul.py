@@ -8,13 +8,11 @@ from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import
 from fusionviz.passes.fuse.transformer_common import (
     float32_or_unknown,
-    in_graph_order,
-    latest,
     peel_scale,
     perm_of,
     produced_by,
-    replace_value,
     single_use,
+    substitute,
 )
 from fusionviz.passes.hygiene import Namer
 
@@ -86,13 +84,7 @@ is set. Only single-use intermediates are absorbed, so nothing else sees a chang
             if not removed:
                 continue
             new = ir.node("FusedMatMul", new_in, {"alpha": float(alpha), **trans}, domain=MS_DOMAIN, name="")
-            model.graph.insert_before(latest(model, [mm, *removed]), new)
-            new.outputs[0].name = namer(f"{final.name}_fmm")
-            new.outputs[0].shape, new.outputs[0].type = final.shape, final.type
-            replace_value(final, new.outputs[0], namer)
-            for n in reversed(in_graph_order(model, [mm, *removed])):
-                if all(not o.uses() and not o.is_graph_output() for o in n.outputs):
-                    model.graph.remove(n, safe=True)
+            substitute(model, new, [mm, *removed], final, namer, "fmm")
             fused += 1
         if fused:
             ensure_ms_import(model)

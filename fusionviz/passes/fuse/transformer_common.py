@@ -136,3 +136,17 @@ def insert_early(model: ir.Model, new: ir.Node, src: ir.Value) -> None:
             model.graph.insert_before(nodes[0], new)
         else:
             model.graph.append(new)
+
+
+def substitute(model: ir.Model, new: ir.Node, matched: Sequence[ir.Node], old: ir.Value, namer: Namer,
+               suffix: str) -> None:
+    """Put ``new`` in place of ``matched``: inserted before the last of them, its output named
+    after ``old`` (``<old>_<suffix>``) with ``old``'s type and shape, every use of ``old``
+    rewired to it, and the matched nodes left without uses removed."""
+    model.graph.insert_before(latest(model, matched), new)
+    new.outputs[0].name = namer(f"{old.name}_{suffix}")
+    new.outputs[0].shape, new.outputs[0].type = old.shape, old.type
+    replace_value(old, new.outputs[0], namer)
+    for n in reversed(in_graph_order(model, matched)):
+        if all(not o.uses() and not o.is_graph_output() for o in n.outputs):
+            model.graph.remove(n, safe=True)
