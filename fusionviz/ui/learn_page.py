@@ -210,6 +210,9 @@ def body() -> None:
                            + f" · view: {c.view}")
             if right.button("Show me →", key=f"learn_{c.key}", width="stretch"):
                 _show(c)
+    from fusionviz.ui import case_studies_view  # the article's case studies, measured (own module)
+
+    case_studies_view.section()
 
 
 def render() -> None:
