@@ -31,20 +31,13 @@ from fusionviz.backends.base import (
 
 logger = logging.getLogger(__name__)
 
-_NP_OF_ORT = {
-    "tensor(float)": "float32",
-    "tensor(float16)": "float16",
-    "tensor(double)": "float64",
-    "tensor(int64)": "int64",
-    "tensor(int32)": "int32",
-    "tensor(int16)": "int16",
-    "tensor(int8)": "int8",
-    "tensor(uint8)": "uint8",
-    "tensor(uint16)": "uint16",
-    "tensor(uint32)": "uint32",
-    "tensor(uint64)": "uint64",
-    "tensor(bool)": "bool",
-}
+def np_dtype(ort_type: str) -> np.dtype | None:
+    """The numpy dtype of an onnxruntime type string ("tensor(float)" → float32), or None."""
+    name = ort_type[len("tensor("):-1] if ort_type.startswith("tensor(") else ""
+    try:
+        return np.dtype({"float": "float32", "double": "float64"}.get(name, name)) if name else None
+    except TypeError:  # string, bfloat16, float8...: no numpy dtype of that name
+        return None
 
 
 def session_options(settings: BackendSettings, *, threads: int, profile_prefix: str | None = None):
@@ -171,8 +164,7 @@ class OrtCompiled:
             raise BackendError(f"onnxruntime cannot load the model: {why}", reason=why) from None
 
     def input_dtypes(self) -> dict[str, np.dtype | None]:
-        return {i.name: (np.dtype(_NP_OF_ORT[i.type]) if i.type in _NP_OF_ORT else None)
-                for i in self.session.get_inputs()}
+        return {i.name: np_dtype(i.type) for i in self.session.get_inputs()}
 
     def output_names(self) -> list[str]:
         return [o.name for o in self.session.get_outputs()]

@@ -41,17 +41,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fusionviz.backends.base import (
-    Backend,
-    BackendError,
-    BackendSettings,
-    Compiled,
-    ExecutedGraph,
-    ExecutedLayer,
-    cast_feeds,
-    first_sentence,
-    infer_unclaimed,
-)
+from fusionviz.backends import base
+from fusionviz.backends.base import Backend, BackendError, BackendSettings, Compiled
 
 logger = logging.getLogger(__name__)
 
@@ -303,7 +294,7 @@ class TvmCompiled:
             except BackendError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the frontend and passes raise many types
-                why = first_sentence(exc)
+                why = base.first_sentence(exc)
                 raise BackendError(f"TVM cannot compile the model: {why}", reason=why) from None
 
     def _build(self, proto, settings: BackendSettings) -> None:
@@ -421,7 +412,7 @@ class TvmCompiled:
     def _args(self, feeds: Mapping[str, np.ndarray]) -> list:
         import tvm
 
-        ready = cast_feeds(feeds, self.input_dtypes(), backend="TVM")
+        ready = base.cast_feeds(feeds, self.input_dtypes(), backend="TVM")
         return [tvm.runtime.tensor(ready[i.name]) for i in self._inputs]
 
     def _outputs_of(self, result) -> list[np.ndarray]:
@@ -437,7 +428,7 @@ class TvmCompiled:
         try:
             result = self._main(*args)
         except Exception as exc:  # noqa: BLE001
-            why = first_sentence(exc)
+            why = base.first_sentence(exc)
             raise BackendError(f"TVM failed to run the model: {why}", reason=why) from None
         arrays = self._outputs_of(result)
         return {(self._outputs[i] if i < len(self._outputs) else f"output{i}"): a for i, a in enumerate(arrays)}
@@ -505,7 +496,7 @@ class TvmCompiled:
 
     # ------------------------------------------------------------------ provenance
 
-    def executed_graph(self) -> ExecutedGraph:
+    def executed_graph(self) -> base.ExecutedGraph:
         """Fused primitive functions with the ONNX nodes in each (module docstring)."""
         from fusionviz.graphview.model_graph import node_keys
 
@@ -516,19 +507,19 @@ class TvmCompiled:
         for r in self._layers_raw:
             idxs = sorted({self._pre_index[m] for m in r["members"] if m in self._pre_index})
             raw.append({**r, "absorbed": [keys[i] for i in idxs if i < len(keys)]})
-        inferred = infer_unclaimed(nodes, keys, raw)
-        layers = [ExecutedLayer(name="input:" + i.name, layer_type="Input", exec_order=None)
+        inferred = base.infer_unclaimed(nodes, keys, raw)
+        layers = [base.ExecutedLayer(name="input:" + i.name, layer_type="Input", exec_order=None)
                   for i in self._inputs]
         for k, r in enumerate(raw):
             extra = inferred.get(r["name"], [])
             absorbed = sorted(set(r["absorbed"]) | set(extra), key=order.__getitem__)
-            layers.append(ExecutedLayer(
+            layers.append(base.ExecutedLayer(
                 name=r["name"], layer_type=r["layer_type"], absorbed=tuple(absorbed),
                 inferred=tuple(x for x in absorbed if x in extra),
                 inputs=tuple(r["inputs"]), output_layout=None,
                 precision=r["precision"], exec_order=k, kernel=None, shape=r["shape"]))
         note = "TVM keeps no ONNX names; fusionviz traced them through its own bindings."
-        return ExecutedGraph(backend=self.backend, layers=tuple(layers), note=note)
+        return base.ExecutedGraph(backend=self.backend, layers=tuple(layers), note=note)
 
 
 @dataclasses.dataclass(frozen=True)
