@@ -1,7 +1,8 @@
-"""Issue 7's done-when: fusionviz's tuned variant vs ORT_ENABLE_ALL and the ONNX optimizers.
+"""fusionviz's tuned variant vs ORT_ENABLE_ALL, OpenVINO alone and the ONNX optimizers.
 
 Usage: python benchmarks/bench_tune.py [--models bert_ts,resnet_ts,light_squeezenet,...]
                                        [--budget-s 90] [--min-time 2] [--seq 128]
+                                       [--backend ort,openvino]
 
 Per model, in ONE interleaved benchmark run (fusionviz.bench: a worker per variant, rounds
 rotate A B C.., 1 thread, verified against the original in each worker):
@@ -9,8 +10,10 @@ rotate A B C.., 1 thread, verified against the original in each worker):
 - ``orig@all``: the original under onnxruntime ORT_ENABLE_ALL (the baseline of every ratio);
 - ``onnxslim@all``, ``onnxsim@all``, ``onnxscript@all``: each reference optimizer's output,
   also under ORT_ENABLE_ALL;
-- ``tuned``: fusionviz.tune's winner (pass subset × ORT level × denormal setting, found by its
-  own measurements within ``--budget-s``), run with its chosen settings;
+- ``openvino``: the original on OpenVINO alone (when ``--backend`` names it and it is installed);
+- ``tuned``: fusionviz.tune's recommendation (pass subset × ORT level × backend × denormal
+  setting, found by its own measurements within ``--budget-s`` and confirmed by its own fresh
+  run), run with its chosen settings;
 - ``--all@off``: every exact fusionviz pass with onnxruntime's optimizer switched off (the
   "passes only" claim; on CNNs the nchwc_layout pass carries onnxruntime's NCHWc layout).
 
@@ -65,14 +68,19 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=90.0, help="tune budget per model")
     ap.add_argument("--min-time", type=float, default=2.0, help="timed seconds per variant in the final run")
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--backend", default="ort,openvino", help="backends tune searches (default ort,openvino)")
     args = ap.parse_args()
+    from fusionviz.backends.registry import parse_backends
+
+    backends = parse_backends(args.backend)
     names = [n for n in args.models.split(",") if n] or None
     rows = []
     for name, model in _models(names):
         t0 = time.perf_counter()
         shapes = _shapes(model, args.seq)
         print(f"\n=== {name}  shapes={shapes}", flush=True)
-        tr = tune(model, shapes=shapes, budget_s=args.budget_s, progress=lambda m: print("   ", m, flush=True))
+        tr = tune(model, shapes=shapes, budget_s=args.budget_s, backends=backends,
+                  progress=lambda m: print("   ", m, flush=True))
         tuned = run_pipeline(model, list(tr.best.passes), shapes=shapes).final
         all_off = run_pipeline(model, registry.default_passes(), shapes=shapes).final
         refs = reference_models(model, shapes=shapes, levels=[])
@@ -83,8 +91,9 @@ def main() -> int:
             else:
                 print(f"    {label}: failed ({m})")
         best = tr.best
-        variants.append(Variant("tuned", tuned, Settings(best.level, denormal_as_zero=best.denormal_as_zero,
-                                                         disabled_optimizers=best.disabled_optimizers), best.passes))
+        if "openvino" in tr.backends:
+            variants.append(Variant("openvino", model, Settings("all", backend="openvino")))
+        variants.append(Variant("tuned", tuned, best.settings(), best.passes))
         variants.append(Variant("--all@off", all_off, Settings("off")))
         res = run_benchmark(variants, shapes=shapes, min_time_s=args.min_time, verify_against=model,
                             verify_rtol=1e-4, max_rounds=200)
@@ -106,19 +115,21 @@ def main() -> int:
         ref_ms = [v for k, v in by.items() if k.endswith("@all") and k != "orig@all"]
         best_ref = min(ref_ms) if ref_ms else base
         rows.append((name, base, by.get("tuned"), best_ref, by.get("--all@off"),
-                     bool(res[-2].verify and res[-2].verify.get("ok"))))
+                     bool(res[-2].verify and res[-2].verify.get("ok")), by.get("openvino")))
         print(f"    ({time.perf_counter() - t0:.0f} s)", flush=True)
 
-    print("\nmodel                    orig@all ms  tuned/orig  best-ref/orig  tuned<=best-ref  all@off/orig  tuned verified")
+    print("\nmodel                    orig@all ms  tuned/orig  best-ref/orig  tuned<=best-ref  all@off/orig  tuned verified"
+          "  openvino/orig")
     logs = []
-    for name, base, tuned_ms, best_ref, off_ms, ok in rows:
+    for name, base, tuned_ms, best_ref, off_ms, ok, ov_ms in rows:
         if tuned_ms is None:
             print(f"{name:24} tuned variant failed")
             continue
         logs.append(math.log(tuned_ms / base))
         print(f"{name:24} {base:11.3f}  {tuned_ms / base:10.3f}  {best_ref / base:13.3f}  "
               f"{'yes' if tuned_ms <= best_ref * 1.02 else 'NO':>15}  "
-              f"{(off_ms / base) if off_ms else float('nan'):12.3f}  {ok}")
+              f"{(off_ms / base) if off_ms else float('nan'):12.3f}  {ok!s:>14}  "
+              f"{(ov_ms / base) if ov_ms else float('nan'):13.3f}")
     if logs:
         print(f"geometric-mean ratio tuned / ORT_ENABLE_ALL: {math.exp(sum(logs) / len(logs)):.3f} over {len(logs)} models")
     for name, base, tuned_ms, *_ in rows:
