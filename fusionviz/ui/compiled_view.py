@@ -190,8 +190,8 @@ def body(loaded: Any, result: Any, backend: str) -> None:
     right = c[0].selectbox("Right pane", ["optimized", "original"], key=RIGHT, label_visibility="collapsed",
                            format_func={"optimized": f"Beside: our optimized graph ({len(result.reports)} passes)",
                                         "original": f"Beside: the original, coloured by {title}'s fusion"}.get)
-    st.session_state.setdefault(TIMES, backend == "openvino")
-    times = c[1].toggle("Per-layer times", key=TIMES,
+    st.session_state.setdefault(f"{TIMES}_{backend}", backend == "openvino")
+    times = c[1].toggle("Per-layer times", key=f"{TIMES}_{backend}",
                         help="Profile a few inferences and show each layer's time (TVM: untuned, slow).")
     shapes = tuple(sorted((k, tuple(v)) for k, v in state.shapes().items()))
     with st.spinner(f"Compiling with {title} in a separate process...", show_time=True):
