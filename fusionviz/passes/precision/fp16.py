@@ -17,7 +17,7 @@ from fusionviz.passes.guards import (
 )
 from fusionviz.passes.precision.ranges import overflowing_nodes
 from fusionviz.passes.precision.tool_pass import ToolPass
-from fusionviz.passes.precision.tools import quiet_tools, rehome_nodes
+from fusionviz.passes.precision.tools import fp32_outer_reads, quiet_tools, rehome_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,9 @@ def convert_fp16(model: onnx.ModelProto, op_block_list: Iterable[str] = FP16_BLO
     moved = rehome_nodes(converted.graph)
     if moved:
         logger.info("fp16: %d Cast node(s) moved into the subgraph whose value they convert", moved)
+    rewired = fp32_outer_reads(converted.graph, set(node_block), set(blocked))
+    if rewired:
+        logger.info("fp16: %d read(s) of outer values by fp32 subgraph nodes take the fp32 value", rewired)
     return converted
 
 

@@ -22,6 +22,8 @@ import logging
 import numpy as np
 import onnx
 
+from fusionviz.passes.walk import proto_graphs
+
 logger = logging.getLogger(__name__)
 
 #: fp16's largest finite value
@@ -115,4 +117,14 @@ def overflowing_nodes(model: onnx.ModelProto, limit: float = FP16_MAX * HEADROOM
                 peak, kind = peaks[name]
                 keep.setdefault(node.name, f"'{name}' reaches {peak:.3g} on the {kind} inputs, "
                                            f"beyond fp16's ±{FP16_MAX:g}")
+    # a control-flow node kept fp32 keeps its branches fp32: their outputs are its outputs,
+    # and a branch converted alone would declare fp16 values where the node declares fp32
+    for node in model.graph.node:
+        if node.name in keep:
+            for attr in node.attribute:
+                for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+                    for sub in proto_graphs(g):
+                        for inner in sub.node:
+                            if inner.name:
+                                keep.setdefault(inner.name, f"inside '{node.name}', which stays fp32")
     return keep

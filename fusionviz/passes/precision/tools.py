@@ -97,6 +97,33 @@ def rehome_nodes(graph: onnx.GraphProto) -> int:
     return moved
 
 
+def fp32_outer_reads(graph: onnx.GraphProto, fp32_nodes: set[str], blocked_ops: set[str]) -> int:
+    """Point the fp32 nodes of subgraphs at the fp32 source of the outer values they read.
+
+    onnxruntime's fp16 converter casts a main-graph value to fp16 for its fp16 readers and
+    back for its fp32 readers, but does not see the reads from inside an If/Loop branch: a node
+    kept fp32 there would read the fp16 copy and declare an fp32 result (an invalid model).
+    Such a read now takes the value the Cast to fp16 reads. Returns how many inputs changed.
+    """
+    fp16_of: dict[str, str] = {}  # fp16 value -> its fp32 source, for the converter's Casts
+    for node in graph.node:
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if node.op_type == "Cast" and to == onnx.TensorProto.FLOAT16 and node.input:
+            fp16_of[node.output[0]] = node.input[0]
+    changed = 0
+    for sub in itertools.islice(proto_graphs(graph), 1, None):
+        local = {v.name for v in sub.input} | {t.name for t in sub.initializer}
+        local |= {o for n in sub.node for o in n.output if o}
+        for node in sub.node:
+            if node.name not in fp32_nodes and node.op_type not in blocked_ops:
+                continue
+            for k, name in enumerate(node.input):
+                if name in fp16_of and name not in local:
+                    node.input[k] = fp16_of[name]
+                    changed += 1
+    return changed
+
+
 _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                      onnx.TensorProto.BFLOAT16})
 

@@ -71,3 +71,43 @@ g (float[1,6] x) => (float[1,4] y) {
 }""")
     assert peak_magnitudes(model) == {}
     assert overflowing_nodes(model) == {}
+
+
+# The same value read from inside an If branch: the branch's nodes stay fp32 with the If, and
+# must read the fp32 value, not the fp16 copy the converter makes for the main graph's readers.
+BRANCHED = """
+<ir_version: 8, opset_import: ["": 18]>
+g (float[1,64] x, bool c) => (float[1] y, float[1,64] z) {
+  axes = Constant <value = int64[1] {1}> ()
+  s = ReduceSumSquare <keepdims = 1> (x, axes)
+  t = Relu (s)
+  b = If (c) <
+    then_branch = th () => (float[1] tq) { ax = Constant <value = int64[1] {1}> ()
+                                           tq = Squeeze (t, ax) },
+    else_branch = el () => (float[1] eq) { ax2 = Constant <value = int64[1] {1}> ()
+                                           eq = Squeeze (t, ax2) }
+  >
+  k = Constant <value = float {10000.0}> ()
+  y = Div (b, k)
+  two = Constant <value = float {2.0}> ()
+  z = Mul (x, two)
+}"""
+
+
+def test_fp16_keeps_if_branches_reading_a_large_outer_value_valid_and_finite():
+    model = onnx.parser.parse_model(BRANCHED)
+    for i, node in enumerate(model.graph.node):
+        node.name = f"n{i}"
+    for node in model.graph.node:
+        for attr in node.attribute:
+            for j, inner in enumerate(attr.g.node):
+                inner.name = f"{attr.name}_{j}"
+    onnx.checker.check_model(model, full_check=True)
+    result = run_pipeline(model, ["fp16"])
+    report = result.reports[0]
+    assert report.declined is None and report.changes, report.declined
+    onnx.checker.check_model(result.final, full_check=True)
+    for kind, feeds in plan_inputs(model).input_sets():
+        got, ref = run(result.final, feeds), run(model, feeds)
+        assert np.all(np.isfinite(got)), kind
+        np.testing.assert_allclose(got, ref, rtol=1e-2)
