@@ -1,0 +1,133 @@
+"""The package's shape, checked from its source: data flows one way, library internals stay
+behind one fence, Streamlit stays in the app, and no module changes process-wide state."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "fusionviz"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def _top_level_imports(path: Path, known: set[str]) -> set[str]:
+    """fusionviz modules imported when ``path`` is imported (module level, not in functions;
+    ``if TYPE_CHECKING`` blocks excluded)."""
+    tree = ast.parse(path.read_text())
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    out: set[str] = set()
+
+    def add(name: str) -> None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name:
+            out.add(name)
+
+    def visit(body) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("fusionviz"):
+                        add(a.name)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = package.split(".")
+                    base = ".".join(pkg[: len(pkg) - node.level + 1] + ([base] if base else []))
+                if base.startswith("fusionviz"):
+                    for a in node.names:
+                        add(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base)
+            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+                visit(getattr(node, "body", []))
+                for h in getattr(node, "handlers", []):
+                    visit(h.body)
+                visit(getattr(node, "orelse", []))
+                visit(getattr(node, "finalbody", []))
+
+    visit(tree.body)
+    return out
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle between distinct modules, or None. A package importing its own
+    submodules (``__init__`` re-exports) is not a cycle unless a submodule imports it back."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if d == m:
+                continue
+            if state.get(d) == 1:
+                return stack[stack.index(d):] + [d]
+            if d not in state:
+                found = dfs(d)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = dfs(m)
+            if found:
+                return found
+    return None
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    known = set(mods)
+    graph = {}
+    for name, path in mods.items():
+        deps = _top_level_imports(path, known)
+        # a submodule importing its parent package is how Python loads it anyway: not an edge
+        graph[name] = {d for d in deps if not name.startswith(d + ".")}
+    return graph
+
+
+def test_no_import_cycles_in_the_package():
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_backend_layers_do_not_import_the_ui():
+    graph = _graph()
+    for name, deps in graph.items():
+        if not name.startswith("fusionviz.ui"):
+            assert not {d for d in deps if d.startswith("fusionviz.ui")}, f"{name} imports the UI"
+
+
+def test_streamlit_only_in_the_app_and_ui():
+    for path in PKG.rglob("*.py"):
+        if "ui" in path.relative_to(PKG).parts:
+            continue
+        text = path.read_text()
+        assert "import streamlit" not in text and "from streamlit" not in text, path
+
+
+def test_no_module_changes_the_working_directory():
+    for path in [*PKG.rglob("*.py"), ROOT / "app.py"]:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "chdir":
+                raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} changes the working directory")
