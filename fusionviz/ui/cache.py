@@ -5,15 +5,18 @@ Rules:
 1. Models and pipeline results hold protobufs: they are shared, never copied
    (``st.cache_resource``), and nothing downstream mutates them.
 2. Small derived data (summaries, DOT, SVG, verification, memory plans) is ``st.cache_data``.
-3. The pipeline is cached per *prefix*: the result for passes ``[p1..pk]`` is the result for
-   ``[p1..pk-1]`` plus one run of ``pk`` on its final model. Because the registry fixes the
-   order, toggling a pass re-runs only the passes after it, and toggling the last one runs one
-   pass. Arguments whose name starts with ``_`` are not part of the key; the model's sha256 is.
+3. The pipeline is cached per *prefix*: the result for passes ``[p1..pn]`` is the longest cached
+   prefix ``[p1..pk]`` plus one pipeline run of ``pk+1..pn`` on its final model, and every prefix
+   on the way is cached too. Because the registry fixes the order, toggling a pass re-runs only
+   the passes after it, and toggling the last one runs one pass. A pass that changes nothing
+   shares the previous model (no copy is held for it). Arguments whose name starts with ``_``
+   are not part of the key; the model's sha256 is.
 4. After the Passes page is drawn, the selections one toggle away are computed in the
    background (``prefetch_neighbours``), so a toggle on a model of up to 500 nodes is a cache hit.
    The background thread pauses for page runs only between cached calls (never while it holds a
    cache key's lock that a page may be waiting on).
-5. Every cache has a bound (``max_entries``); so does the table of models a link can name
+5. Every cache has a bound (``max_entries``; the pipelines also by the bytes of the distinct
+   models they hold, ``FUSIONVIZ_PIPELINE_CACHE_MB``, and SVG by bytes); so does the table of models a link can name
    (``hold_model``: uploads and the command line's model, at most HELD_MODELS, oldest out).
 6. This module knows nothing of the session: callers pass keys and values (no import of
    :mod:`fusionviz.ui.state`).
@@ -29,6 +32,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import onnx
 import streamlit as st
@@ -92,36 +96,126 @@ def held_model(ref: str) -> tuple[LoadedModel, dict] | None:
     return None
 
 
-@st.cache_resource(max_entries=96, show_spinner=False)
-def pipeline(sha: str, passes: tuple[str, ...], shapes: tuple, _proto: onnx.ModelProto):
-    """Rule 3: PipelineResult for ``passes`` (canonical order) on the model with hash ``sha``."""
-    from fusionviz.passes.pipeline import PipelineResult, run_pipeline
+class _PipelineCache:
+    """Rule 3 and 5: PipelineResults per (sha, passes, shapes), least recently used out first,
+    bounded by entries and by the bytes of the distinct models they hold (prefixes share their
+    snapshots, so a model is counted once however many entries hold it)."""
 
-    if not passes:
-        return run_pipeline(_proto, [], shapes={k: list(v) for k, v in shapes} or None)
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._data: OrderedDict[tuple, Any] = OrderedDict()
+        self._bytes: dict[int, int] = {}  # id(model) -> ByteSize, for models the entries hold
+        self._lock = threading.Lock()
+        self._busy: dict[tuple, threading.Lock] = {}
+
+    def get(self, key: tuple):
+        with self._lock:
+            got = self._data.get(key)
+            if got is not None:
+                self._data.move_to_end(key)
+            return got
+
+    def busy(self, key: tuple) -> threading.Lock:
+        """A lock per key: two sessions asking for one selection at once run it once."""
+        with self._lock:
+            return self._busy.setdefault(key, threading.Lock())
+
+    def put(self, key: tuple, result) -> None:
+        sizes = {id(s.model): s.model for s in result.snapshots}
+        with self._lock:
+            new = [m for k, m in sizes.items() if k not in self._bytes]
+        measured = {id(m): m.ByteSize() for m in new}  # outside the lock: a few ms per model
+        with self._lock:
+            self._bytes.update(measured)
+            self._data[key] = result
+            self._data.move_to_end(key)
+            self._busy.pop(key, None)
+            while True:
+                held = {id(s.model) for r in self._data.values() for s in r.snapshots}
+                self._bytes = {k: v for k, v in self._bytes.items() if k in held}
+                total = sum(self._bytes.values())
+                if len(self._data) <= 1 or (len(self._data) <= self.max_entries and total <= self.max_bytes):
+                    break
+                self._data.popitem(last=False)
+
+    def held_bytes(self) -> int:
+        with self._lock:
+            return sum(self._bytes.values())
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._bytes.clear()
+
+
+def _pipeline_cache_mb() -> int:
+    try:
+        return max(16, int(os.environ.get("FUSIONVIZ_PIPELINE_CACHE_MB", "") or 512))
+    except ValueError:
+        return 512
+
+
+PIPELINES = _PipelineCache(max_entries=96, max_bytes=_pipeline_cache_mb() * 2**20)
+
+
+def pipeline(sha: str, passes: tuple[str, ...], shapes: tuple, _proto: onnx.ModelProto):
+    """Rule 3: PipelineResult for ``passes`` (canonical order) on the model with hash ``sha``.
+
+    The passes after the longest cached prefix run in one pipeline run (one validity check, no
+    conversion of the model per pass), and every prefix it went through is cached on the way.
+    """
+    key = (sha, passes, shapes)
+    got = PIPELINES.get(key)
+    if got is not None:
+        return got
     # No yield_to_pages() here: a prefetch thread would pause while holding this key's lock,
     # and a page asking for the same selection would wait on it (rule 4).
-    prev = pipeline(sha, passes[:-1], shapes, _proto)
-    step = run_pipeline(prev.final, [passes[-1]])
-    before = tuple(r.name for r in prev.reports)
+    with PIPELINES.busy(key):
+        got = PIPELINES.get(key)
+        if got is not None:
+            return got
+        return _extend(sha, passes, shapes, _proto)
+
+
+def _extend(sha: str, passes: tuple[str, ...], shapes: tuple, proto: onnx.ModelProto):
+    from fusionviz.passes.pipeline import PipelineResult, run_pipeline
+
+    base = None
+    for k in range(len(passes) - 1, -1, -1):  # the longest cached prefix
+        base = PIPELINES.get((sha, passes[:k], shapes))
+        if base is not None:
+            break
+    if base is None:
+        base, k = run_pipeline(proto, [], shapes={a: list(b) for a, b in shapes} or None), 0
+        PIPELINES.put((sha, (), shapes), base)
+        if not passes:
+            return base
+    step = run_pipeline(base.final, list(passes[k:]))
+    copy = step.snapshots[0].model  # the run's copy of base.final: unchanged steps share it
+    before = tuple(r.name for r in base.reports)
+    snaps = tuple(dataclasses.replace(s, model=base.final) if s.model is copy else s for s in step.snapshots[1:])
     reports = tuple(_in_context(r, before) for r in step.reports)
-    return PipelineResult(
-        snapshots=prev.snapshots + step.snapshots[1:],
-        reports=prev.reports + reports,
-        seconds=prev.seconds + step.seconds,
-    )
-
-
-_ALONE = "(after: no other pass)"
+    out = base
+    for i in range(len(reports)):
+        out = PipelineResult(snapshots=base.snapshots + snaps[: i + 1], reports=base.reports + reports[: i + 1],
+                             seconds=base.seconds + sum(r.seconds for r in step.reports[: i + 1]))
+        PIPELINES.put((sha, passes[: k + i + 1], shapes), out)
+    return out
 
 
 def _in_context(report, before: tuple[str, ...]):
-    """A report of a pass run alone on a prefix's result, as if run after ``before``: its
-    ``after`` names them, and so does a failure's message."""
+    """A report of a pass run on a prefix's result, as if run after ``before``: its ``after``
+    names them too, and so does a failure's message."""
+    after = tuple(before) + tuple(report.after or ())
     error = report.error
-    if error and error.endswith(_ALONE):
-        error = error[: -len(_ALONE)] + f"(after: {', '.join(before) or 'no other pass'})"
-    return dataclasses.replace(report, after=before, error=error)
+    tail = f"(after: {', '.join(report.after or ()) or 'no other pass'})"
+    if error and error.endswith(tail):
+        error = error[: -len(tail)] + f"(after: {', '.join(after) or 'no other pass'})"
+    return dataclasses.replace(report, after=after, error=error)
 
 
 def run(loaded: LoadedModel, passes: Sequence[str], shapes_key: tuple):
@@ -197,7 +291,7 @@ def diff(key: tuple, _before: onnx.ModelProto, _after: onnx.ModelProto):
     return diff_models(_before, _after)
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
+@st.cache_data(max_entries=64, show_spinner=False)
 def render(key: tuple, side: str, opts: tuple, _model: onnx.ModelProto, _diff):
     """``graphview.render_graph`` for one side of a pair; returns the Rendered record."""
     from fusionviz.graphview import RenderOptions, render_graph
@@ -206,12 +300,12 @@ def render(key: tuple, side: str, opts: tuple, _model: onnx.ModelProto, _diff):
     return render_graph(_model, diff=_diff, side=side, options=options)
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
 def svg(dot: str) -> str:
-    """Lay out DOT to SVG on the server (pygraphviz), keyed by the DOT text itself."""
-    from fusionviz.graphview import render_svg
+    """Lay out DOT to SVG on the server (pygraphviz), keyed by the DOT text itself; kept in the
+    graph viewer's LRU, which is bounded by bytes (a 3,000-node drawing is some 4 MB of SVG)."""
+    from fusionviz.ui.graph_component import svg_for
 
-    return render_svg(dot)
+    return svg_for(dot)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -122,12 +122,14 @@ def _toggles() -> None:
             for p in ps:
                 key = f"pass_{p.name}"
                 state.seed(key, p.name in selected)
-                c1, c2 = st.columns([6, 1], vertical_alignment="center")
-                c1.toggle(p.title, key=key, on_change=_toggle, args=(p.name,),
-                          help=None if p.exact else "Changes the numbers: verification reports the error.")
-                with c2.popover("", icon=":material/info:", help="What it does and why it is faster"):
-                    st.markdown(f"**{p.title}** · `{p.name}` · {cat}")
-                    st.markdown(p.explain or "_No explanation yet._")
+                st.toggle(p.title, key=key, on_change=_toggle, args=(p.name,), help=_explain(p, cat))
+
+
+def _explain(p, cat: str) -> str:
+    """A pass's tooltip: what it does and why it is faster (one element per pass: a popover per
+    pass made every toggle redraw some 150 elements before the graph)."""
+    warn = "" if p.exact else "\n\n**Changes the numbers**: verification reports the error."
+    return f"**{p.title}** · `{p.name}` · {cat}\n\n{p.explain or 'No explanation yet.'}{warn}"
 
 
 def _memory_delta(loaded, result):
@@ -327,10 +329,11 @@ def body() -> None:
         slots[i].metric(label, "…")
     _status_line(result)
     left, right = st.columns([2, 3])
-    with left:
-        _toggles()
+    # The graph goes out before the toggles: the browser draws what the person waits for first.
     with right, common.guard("drawing the graph"):
         _graph(loaded, result)
+    with left:
+        _toggles()
     with common.guard("computing the memory plan"):
         _metrics(loaded, result, slots)
     with common.guard("listing the changes"):
