@@ -103,6 +103,6 @@ def test_broken_upload_shows_error_and_app_keeps_working(server, page):
     no_exception(page)
     shot(page, "05_bad_upload")
     # The app keeps working: open a sample from the gallery.
-    page.get_by_role("button", name="Open", exact=True).last.click()
+    page.locator(".st-key-sample_textbook button").click()
     page.get_by_text("Summary: textbook.onnx").wait_for(timeout=30_000)
     no_exception(page)
