@@ -11,7 +11,8 @@ names the symbol that moved. What we rely on:
 2. onnxscript's constant folder (``FoldConstantsPass``, ``Replacement``), subclassed with
    public-named hooks for its per-node shape inference and the model's opset imports
    (:class:`ConstantFolderBase`).
-3. Pattern introspection: which op types a rule's pattern must find (:func:`pattern_ops`).
+3. Pattern introspection: which op types a rule's pattern must find (:func:`pattern_ops`), and
+   the fixed-op skeleton below its root (:func:`pattern_tree`).
 4. A copy of a rule with another matcher (:func:`with_matcher`), built the way onnxscript's own
    ``RewriteRule.commute`` builds its copies.
 5. onnx-ir's ``call_onnx_api`` (its way to run an onnx C API call without big initializers).
@@ -112,6 +113,32 @@ def pattern_ops(target: object | None) -> tuple[str | None, frozenset[str]]:
             if isinstance(inp, _pattern_ir.NodeOutputPattern):
                 stack.append(inp.producer())
     return root, frozenset(ops)
+
+
+PatternTree = tuple  # (op type, ((input index, PatternTree), ...))
+
+
+def pattern_tree(target: object | None, depth: int = 8) -> PatternTree | None:
+    """The fixed-op skeleton of a rule's target pattern from its root: ``(op, ((i, subtree),
+    ...))`` where input ``i`` of the node must be made by a node matching ``subtree``. Inputs
+    that are variables, constants, ``OrValue`` alternatives or nodes of a non-fixed op (and
+    anything below ``depth``) put no requirement. None when the root's op is not fixed."""
+    outs = list(getattr(target, "output_nodes", ()) or ())
+    return _tree(outs[0], depth) if outs else None
+
+
+def _tree(node_pattern: object, depth: int) -> PatternTree | None:
+    op = _op_name(node_pattern)
+    if op is None:
+        return None
+    kids = []
+    if depth > 0:
+        for i, inp in enumerate(getattr(node_pattern, "inputs", ()) or ()):
+            if isinstance(inp, _pattern_ir.NodeOutputPattern):
+                sub = _tree(inp.producer(), depth - 1)
+                if sub is not None:
+                    kids.append((i, sub))
+    return op, tuple(kids)
 
 
 def _op_name(node_pattern: object) -> str | None:

@@ -26,7 +26,7 @@ from onnxscript.rewriter import pattern as orp
 
 from fusionviz.passes.cleanup import Cleanup
 from fusionviz.passes.hygiene import unique_value_names
-from fusionviz.passes.rulefilter import REWRITE_LOCK, applicable_rules, model_ops
+from fusionviz.passes.rulefilter import REWRITE_LOCK, ModelShapes, applicable_rules, model_ops
 
 MAX_ROUNDS = 8
 
@@ -58,7 +58,7 @@ def _once(model: ir.Model, rules: Sequence[orp.RewriteRule], *, commute: bool) -
     graph = model.graph
     had_uses = {id(n) for n in graph if any(_used(v) for v in n.outputs)}
     used_inits = {name for name, v in graph.initializers.items() if _used(v)}
-    rule_list = applicable_rules(rules, model_ops(model), commute=commute)
+    rule_list = applicable_rules(rules, model_ops(model), commute=commute, shapes=ModelShapes(model))
     if not rule_list:
         return 0
     for r in rule_list:  # keep the rewrite scoped: never a global dead-code sweep
@@ -83,7 +83,7 @@ def _to_fixed_point(model: ir.Model, rules: Sequence[orp.RewriteRule], *, commut
     rules = [c for r in rules for c in r.commute()] if commute else list(rules)
     total = 0
     for _ in range(MAX_ROUNDS):
-        live = applicable_rules(rules, model_ops(model))  # re-checked each round: rules make ops
+        live = applicable_rules(rules, model_ops(model), shapes=ModelShapes(model))  # each round: rules make ops
         if not live:
             break
         # remove_unused_nodes=False: only what the rules made dead is pruned

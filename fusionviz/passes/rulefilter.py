@@ -54,15 +54,26 @@ def required_ops(rule: orp.RewriteRule) -> frozenset[str]:
 
 
 class RootCheckedMatcher(orp.SimplePatternMatcher):
-    """onnxscript's matcher, refusing a node whose op type is not the pattern's root first."""
+    """onnxscript's matcher, refusing first a node whose op type is not the pattern's root, or
+    whose inputs are not made by the ops the pattern's root reads (one look at each producer:
+    of the 2^k commuted copies of a rule, this turns away all but the one whose operand order
+    fits, before the generic matcher starts)."""
 
     def __init__(self, pattern) -> None:
         super().__init__(pattern)
         self._root = _compat.pattern_ops(pattern)[0]
+        tree = _compat.pattern_tree(pattern, depth=1)
+        self._inputs = tuple((i, sub[0]) for i, sub in tree[1]) if tree else ()
 
     def match(self, model, graph_or_function, node, *, verbose=0, remove_nodes=True, tracer=None):
         if self._root is not None and node.op_type != self._root:
             return orp.MatchResult().fail(f"{node.op_type} is not {self._root}")
+        inputs = node.inputs
+        for i, op in self._inputs:
+            if i < len(inputs):
+                producer = inputs[i].producer() if inputs[i] is not None else None
+                if producer is None or producer.op_type != op:
+                    return orp.MatchResult().fail(f"input {i} is not made by {op}")
         return super().match(model, graph_or_function, node, verbose=verbose, remove_nodes=remove_nodes,
                              tracer=tracer)
 
@@ -76,11 +87,84 @@ def _root_checked(rule: orp.RewriteRule) -> orp.RewriteRule:
     return checked
 
 
-def applicable_rules(rules: Iterable[orp.RewriteRule], ops: set[str], *, commute: bool = False) -> list:
+class ModelShapes:
+    """The op-type skeleton above every node of a model (subgraphs included), up to ``depth``
+    producers up, interned: node skeletons that look alike share one id, so a rule's pattern
+    skeleton (:func:`fusionviz.passes._compat.pattern_tree`) is tested once per distinct shape,
+    not once per node."""
+
+    def __init__(self, model: ir.Model, depth: int = 8) -> None:
+        self._table: list[tuple[str, tuple[int | None, ...] | None]] = []
+        self._ids: dict[tuple, int] = {}
+        self.roots: dict[str, set[int]] = {}
+        memo: dict[tuple[int, int], int] = {}
+
+        def sig(node: ir.Node, d: int) -> int:
+            key = (id(node), d)
+            got = memo.get(key)
+            if got is None:
+                kids = None
+                if d > 0:
+                    kids = tuple(sig(v.producer(), d - 1) if v is not None and v.producer() is not None else None
+                                 for v in node.inputs)
+                entry = (node.op_type, kids)
+                got = self._ids.get(entry)
+                if got is None:
+                    got = self._ids[entry] = len(self._table)
+                    self._table.append(entry)
+                memo[key] = got
+            return got
+
+        for n in all_nodes(model):
+            self.roots.setdefault(n.op_type, set()).add(sig(n, depth))
+
+    def fits(self, tree, memo: dict | None = None) -> bool:
+        """Whether some node of the model has the skeleton ``tree`` above it."""
+        memo = {} if memo is None else memo
+        return any(self._fits(tree, s, memo) for s in self.roots.get(tree[0], ()))
+
+    def _fits(self, tree, sid: int, memo: dict) -> bool:
+        key = (id(tree), sid)
+        got = memo.get(key)
+        if got is None:
+            op, kids = self._table[sid]
+            got = op == tree[0]
+            if got and kids is not None:
+                for i, sub in tree[1]:
+                    if i < len(kids) and (kids[i] is None or not self._fits(sub, kids[i], memo)):
+                        got = False
+                        break
+            memo[key] = got
+        return got
+
+
+def _tree_of(rule: orp.RewriteRule):
+    got = _TREE.get(rule)
+    if got is None:
+        got = _TREE[rule] = (_compat.pattern_tree(_compat.target_pattern(rule)),)
+    return got[0]
+
+
+_TREE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def applicable_rules(rules: Iterable[orp.RewriteRule], ops: set[str], *, commute: bool = False,
+                     shapes: ModelShapes | None = None) -> list:
     """The rules of ``rules`` (with their commuted variants when ``commute``) whose mandatory
-    ops are all in ``ops``, in their order, each with the fast root check."""
+    ops are all in ``ops`` and, when the model's ``shapes`` are given, whose pattern skeleton
+    fits above some node of it; in their order, each with the fast root check. A rule set walks
+    every node once per rule, so dropping the commuted copies no node can match is most of its
+    time on a big model (GELU's tanh form has 384 copies)."""
     expanded = [c for r in rules for c in r.commute()] if commute else list(rules)
-    return [_root_checked(r) for r in expanded if required_ops(r) <= ops]
+    memo: dict = {}
+    out = []
+    for r in expanded:
+        if not required_ops(r) <= ops:
+            continue
+        tree = _tree_of(r) if shapes is not None else None
+        if tree is None or shapes.fits(tree, memo):
+            out.append(_root_checked(r))
+    return out
 
 
 def any_applicable(rules: Sequence[orp.RewriteRule], ops: set[str]) -> bool:

@@ -194,6 +194,40 @@ def test_rule_filter_keeps_only_rules_whose_ops_are_present():
     assert kept.try_rewrite(None, None, node) is None
 
 
+def test_rule_filter_drops_commuted_copies_whose_skeleton_no_node_has():
+    """Of a rule's commuted copies only those whose fixed-op skeleton stands above some node
+    are kept (the model's node shapes are interned once), and the kept one still fires."""
+    from onnxscript.rewriter import pattern as orp
+
+    from fusionviz.passes import rulefilter
+
+    def pat(op, x, y):
+        return op.Add(op.Relu(x), op.Abs(y))
+
+    def rep(op, x, y):
+        return op.Sub(op.Relu(x), op.Neg(op.Abs(y)))
+
+    rule = orp.RewriteRule(pat, rep)
+    model = ir.from_proto(onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2] x, float[2] y) => (float[2] z) {
+            a = Abs(y)
+            r = Relu(x)
+            z = Add(a, r)
+        }"""))
+    shapes = rulefilter.ModelShapes(model)
+    copies = rule.commute()
+    assert len(copies) == 2
+    ops = rulefilter.model_ops(model)
+    kept = rulefilter.applicable_rules(copies, ops, shapes=shapes)
+    assert len(kept) == 1  # only Add(Abs, Relu): the operand order this model has
+    assert len(rulefilter.applicable_rules(copies, ops)) == 2  # without shapes: no skeleton test
+    from fusionviz.passes.rewrite import apply_rules
+
+    assert apply_rules(model, [rule], commute=True) == 1
+    assert "Sub" in {n.op_type for n in model.graph}
+
+
 def _model(nodes, inits=(), x_shape=(2, 3)):
     from onnx import TensorProto, helper
 
