@@ -24,7 +24,7 @@ What fusionviz chooses where the model leaves it open (:func:`plan_inputs`):
 
 When some dim or value was chosen, :func:`probe` runs the original model once on the chosen
 inputs (in the isolated child); if it fails, the next candidates of the chosen dims are tried
-(e.g. 224 -> 320 -> 640, 32 -> 128 -> 512) before giving up with a line that names the
+(e.g. 224 -> 320 -> 640 -> 48 -> 32, 32 -> 128 -> 512) before giving up with a line that names the
 inputs and the flag that sets them.
 
 Input sets (:meth:`InputPlan.input_sets`): ``normal`` (seeded standard normal), ``zeros``
@@ -74,7 +74,7 @@ _NP = {
 # when the original model does not run with it (see probe).
 _CANDIDATES = {
     "batch": (1,),
-    "image": (DEFAULT_IMAGE, 320, 640, 32),
+    "image": (DEFAULT_IMAGE, 320, 640, 48, 32),  # 48: the line height of OCR recognizers
     "seq": (DEFAULT_SEQ_LEN, 128, 512, 16),
     "audio": (DEFAULT_AUDIO, 512, 1024, 4096),
     "other": (1, 16, 64, 256, 1024),
@@ -315,8 +315,9 @@ class InputPlan:
         for c in self.choices:
             dims = list(c.dims)
             for i, kind in c.chosen:
-                cands = _CANDIDATES[kind]
-                dims[i] = cands[min(step[kind], len(cands) - 1)]
+                if step[kind]:  # step 0 is the plan's own choice (an image side paired with a fixed one)
+                    cands = _CANDIDATES[kind]
+                    dims[i] = cands[min(step[kind], len(cands) - 1)]
             choices.append(dataclasses.replace(c, dims=tuple(dims)))
         return dataclasses.replace(self, choices=tuple(choices))
 

@@ -171,3 +171,34 @@ def test_user_data_is_checked_and_becomes_a_set():
         buf = io.BytesIO()
         np.save(buf, good["image"])
         load_data(buf.getvalue(), "in.npy", m)
+
+
+def test_probe_keeps_an_image_side_paired_with_a_fixed_one():
+    """An OCR line [N,3,48,W]: W is 48 (the fixed side), and the probe's first try is that plan,
+    not the first generic candidate (a width of 1, which a 3x3 Conv cannot read)."""
+    from fusionviz.verify import probe
+
+    w = onnx.helper.make_tensor("w", onnx.TensorProto.FLOAT, [4, 3, 3, 3], [0.1] * 108)
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 3, 48, W] x) => (float[N, 4, 46, M] y) {
+            y = Conv(x, w)
+        }""")
+    model.graph.initializer.append(w)
+    plan = plan_inputs(model)
+    assert plan.shapes()["x"] == [1, 3, 48, 48]
+    assert plan.with_candidate(0).shapes() == plan.shapes()
+    assert probe(model, plan, isolated=False).shapes()["x"] == [1, 3, 48, 48]
+
+
+def test_probe_tries_the_ocr_line_height_before_tiny_images():
+    """[N,3,H,W] that only runs at H=48 (a Reshape to 48 rows): 224, 320, 640 fail, 48 runs."""
+    from fusionviz.verify import probe
+
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 3, H, W] x) => (float[1, 144, 48] y) {
+            s = Constant <value = int64[3] {1, 144, 48}> ()
+            y = Reshape(x, s)
+        }""")
+    assert probe(model, plan_inputs(model), isolated=False).shapes()["x"] == [1, 3, 48, 48]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import onnx
 import psutil
 import pytest
 
@@ -120,3 +121,25 @@ def test_bad_settings_raise_input_errors():
         Settings(level="turbo")
     with pytest.raises(errors.InputSpecError):
         Settings(threads=0)
+
+
+def test_verification_uses_the_combined_test_near_zero_equal_new_nan_not():
+    """A near-zero output (a detector's probability map on noise) that moves by 1e-12 is equal
+    (max relative error alone called it 1e-3 off); a variant that makes NaN is not."""
+    from tests.bench.conftest import parse
+
+    def model(body: str) -> onnx.ModelProto:
+        return parse(f"""
+            <ir_version: 8, opset_import: ["" : 17]>
+            g (float[8] x) => (float[8] y) {{
+                {body}
+            }}""")
+
+    ref = model("s = Constant <value = float {1e-9}> ()\n y = Mul(x, s)")
+    moved = model("s = Constant <value = float {1.001e-9}> ()\n y = Mul(x, s)")
+    nan = model("s = Constant <value = float {1e-9}> ()\n z = Mul(x, s)\n q = Sqrt(x)\n n = Sub(q, q)\n y = Add(z, n)")
+    res = run_benchmark([Variant("moved", moved), Variant("nan", nan)], min_time_s=0.02, warmup=1,
+                        verify_against=ref, shapes={"x": [8]})
+    by = {r.label: r for r in res}
+    assert by["moved"].verify["ok"] is True, by["moved"].verify
+    assert by["nan"].verify["ok"] is False
