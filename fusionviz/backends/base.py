@@ -383,7 +383,8 @@ def cast_feeds(feeds: Mapping[str, np.ndarray], dtypes: Mapping[str, np.dtype | 
         arr = np.asarray(feeds[name])
         if want is not None and arr.dtype != want:
             arr = arr.astype(want)
-        out[name] = np.ascontiguousarray(arr)
+        # np.ascontiguousarray makes a 0-d array 1-d; a scalar input (a sample rate) must stay 0-d
+        out[name] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)
     return out
 
 

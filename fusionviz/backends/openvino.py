@@ -214,7 +214,11 @@ class OpenVinoCompiled:
         request = self._request
 
         def once() -> object:
-            return request.infer(ready, share_inputs=True, share_outputs=True)
+            try:
+                return request.infer(ready, share_inputs=True, share_outputs=True)
+            except Exception as exc:  # noqa: BLE001 - one readable line, as run() gives
+                why = first_sentence(exc)
+                raise BackendError(f"OpenVINO failed to run the model: {why}", reason=why) from None
 
         return once
 

@@ -103,3 +103,21 @@ def test_dynamic_rank_if_fails_with_one_sentence(dynamic_rank_if, inputs_for):
     text = str(info.value)
     assert text.startswith("OpenVINO cannot compile the model:")
     assert "dynamic rank" in text and "\n" not in text and "src/" not in text
+
+
+def test_scalar_input_stays_a_scalar():
+    """A 0-d input (silero's sample rate) reaches OpenVINO as a 0-d tensor, in run and in the
+    timed call (a contiguous copy made it 1-d, which OpenVINO refuses)."""
+    import onnx.parser
+
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[4] x, int64 sr) => (float[4] y) {
+            f = Cast <to = 1> (sr)
+            y = Mul(x, f)
+        }""")
+    feeds = {"x": np.arange(4, dtype=np.float32), "sr": np.array(16000, dtype=np.int64)}
+    c = get_backend("openvino").compile(model.SerializeToString(), threads=1,
+                                        settings={"input_shapes": {"x": [4], "sr": []}})
+    assert close(c.run(feeds)["y"], np.arange(4) * 16000.0)
+    c.prepare(feeds)()
