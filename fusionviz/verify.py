@@ -14,7 +14,9 @@ Per output and input set (:func:`compare`):
    (1e-5 of its largest magnitude: a near-zero element of a large output carries the absolute
    rounding error of the large ones, so relative error alone would fail correct results) and
    ``NOISE_MULT`` (4) times the largest difference onnxruntime's *own* optimizer (level all)
-   makes to the original on the same inputs, capped at 1% of the scale. A rewrite that
+   makes to the original on the same inputs, capped at 1% of the scale, and ``ROUNDING_ULPS``
+   (2) rounding steps of the output's own float type at its scale (a float16 output cannot be
+   compared closer than its 1e-3 steps; for float32 this is below the first term). A rewrite that
    reorders float arithmetic is held to the noise of onnxruntime's own rewrites: on an OCR
    detector fed pixel-range inputs, onnxruntime's level all alone moves a sigmoid output by
    7e-5, beyond any fixed tolerance that still catches real bugs.
@@ -46,6 +48,7 @@ DEFAULT_ATOL = 1e-5
 NOISE_FLOOR = 1e-5
 NOISE_MULT = 4.0
 NOISE_CAP = 1e-2
+ROUNDING_ULPS = 2.0
 #: Memory cap (MB) and time limit (s) of an isolated verification child process.
 VERIFY_MEM_MB = int(os.environ.get("FUSIONVIZ_VERIFY_MEM_MB", "4096") or 4096)
 VERIFY_TIMEOUT_S = float(os.environ.get("FUSIONVIZ_VERIFY_TIMEOUT_S", "300") or 300)
@@ -211,7 +214,8 @@ def compare(ref: np.ndarray, got: np.ndarray, name: str, *, rtol: float = DEFAUL
     if new_nonfinite or lost:
         max_abs = float("inf")
     scale = float(np.abs(a64[both]).max()) if both.any() else 0.0
-    floor = max(NOISE_FLOOR * scale, min(NOISE_MULT * noise, NOISE_CAP * scale))
+    eps = max(float(np.finfo(a.dtype).eps), float(np.finfo(b.dtype).eps) if np.issubdtype(b.dtype, np.inexact) else 0.0)
+    floor = max(NOISE_FLOOR * scale, ROUNDING_ULPS * eps * scale, min(NOISE_MULT * noise, NOISE_CAP * scale))
     beyond = int(np.count_nonzero(diff > atol + rtol * np.abs(a64[both]) + floor)) if diff.size else 0
     mismatches = beyond + new_nonfinite + lost
     max_rel = max_abs / max(scale, 1e-30) if max_abs else 0.0

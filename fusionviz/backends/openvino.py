@@ -139,6 +139,7 @@ class OpenVinoCompiled:
         self._profiled = self._compiled if settings.profile_layers else None
         self._request = self._compiled.create_infer_request()
         self._outputs = list(settings.output_names) if settings.output_names else None
+        self._inputs: frozenset[str] | None = None
 
     def _reshape(self, model, settings: BackendSettings) -> None:
         shapes = dict(settings.input_shapes or {})
@@ -146,7 +147,7 @@ class OpenVinoCompiled:
             return
         new = {}
         for inp in model.inputs:
-            name = inp.get_any_name()
+            name = _onnx_name(inp, shapes)
             if name in shapes and inp.get_partial_shape().is_dynamic:
                 new[name] = list(shapes[name])
         if new:
@@ -178,12 +179,25 @@ class OpenVinoCompiled:
 
     def input_dtypes(self) -> dict[str, np.dtype | None]:
         out: dict[str, np.dtype | None] = {}
+        onnx_inputs = self._onnx_inputs()
         for inp in self._compiled.inputs:
+            name = _onnx_name(inp, onnx_inputs)
             try:
-                out[inp.get_any_name()] = np.dtype(inp.get_element_type().to_dtype())
+                out[name] = np.dtype(inp.get_element_type().to_dtype())
             except Exception:  # noqa: BLE001 - an element type numpy has no name for
-                out[inp.get_any_name()] = None
+                out[name] = None
         return out
+
+    def _onnx_inputs(self) -> frozenset[str]:
+        """The ONNX graph's input names (read once from the model's bytes)."""
+        if self._inputs is None:
+            import onnx
+
+            m = onnx.ModelProto()
+            m.ParseFromString(self._bytes)
+            init = {i.name for i in m.graph.initializer}
+            self._inputs = frozenset(i.name for i in m.graph.input if i.name not in init)
+        return self._inputs
 
     def output_names(self) -> list[str]:
         if self._outputs is None:
@@ -361,6 +375,17 @@ class OpenVinoCompiled:
         note = (f"{n_inferred} ONNX nodes lost their names in OpenVINO's rewrites and were placed by the "
                 "graph's structure (marked inferred).") if n_inferred else None
         return ExecutedGraph(backend=self.backend, layers=tuple(layers), note=note)
+
+
+def _onnx_name(port, known) -> str:
+    """The name of an OpenVINO input port as the ONNX model spells it. A port holds every name
+    of its tensor, and ``get_any_name`` may pick another one (tf2onnx and torch exports feed an
+    input straight into a Cast or Transpose whose output name OpenVINO merges in)."""
+    names = port.get_names()
+    for n in sorted(names):
+        if n in known:
+            return n
+    return port.get_any_name()
 
 
 def _key_for_name(name: str, producer: Mapping[str, str], order: Mapping[str, int]) -> str | None:

@@ -121,3 +121,20 @@ def test_scalar_input_stays_a_scalar():
                                         settings={"input_shapes": {"x": [4], "sr": []}})
     assert close(c.run(feeds)["y"], np.arange(4) * 16000.0)
     c.prepare(feeds)()
+
+
+def test_input_named_as_the_onnx_model_names_it():
+    """OpenVINO merges the name of a no-op Cast's output into the input it reads and may report
+    that alias; the feeds keep the ONNX input's own name (tf2onnx / torch exports do this)."""
+    import onnx.parser
+
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2,2] x) => (float[2,2] y) {
+            a = Cast <to = 1> (x)
+            y = Relu(a)
+        }""")
+    c = get_backend("openvino").compile(model.SerializeToString(), threads=1)
+    assert list(c.input_dtypes()) == ["x"]
+    x = np.array([[-1.0, 2.0], [3.0, -4.0]], dtype=np.float32)
+    assert close(c.run({"x": x})["y"], np.maximum(x, 0))
