@@ -214,7 +214,7 @@ def compare(ref: np.ndarray, got: np.ndarray, name: str, *, rtol: float = DEFAUL
     if new_nonfinite or lost:
         max_abs = float("inf")
     scale = float(np.abs(a64[both]).max()) if both.any() else 0.0
-    eps = max(float(np.finfo(a.dtype).eps), float(np.finfo(b.dtype).eps) if np.issubdtype(b.dtype, np.inexact) else 0.0)
+    eps = max(float(np.finfo(t).eps) for t in (a.dtype, b.dtype) if np.issubdtype(t, np.inexact))
     floor = max(NOISE_FLOOR * scale, ROUNDING_ULPS * eps * scale, min(NOISE_MULT * noise, NOISE_CAP * scale))
     beyond = int(np.count_nonzero(diff > atol + rtol * np.abs(a64[both]) + floor)) if diff.size else 0
     mismatches = beyond + new_nonfinite + lost

@@ -383,8 +383,7 @@ def cast_feeds(feeds: Mapping[str, np.ndarray], dtypes: Mapping[str, np.dtype | 
         arr = np.asarray(feeds[name])
         if want is not None and arr.dtype != want:
             arr = arr.astype(want)
-        # np.ascontiguousarray makes a 0-d array 1-d; a scalar input (a sample rate) must stay 0-d
-        out[name] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)
+        out[name] = np.asarray(arr, order="C")  # not ascontiguousarray: it makes a 0-d scalar 1-d
     return out
 
 

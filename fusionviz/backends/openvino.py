@@ -139,7 +139,7 @@ class OpenVinoCompiled:
         self._profiled = self._compiled if settings.profile_layers else None
         self._request = self._compiled.create_infer_request()
         self._outputs = list(settings.output_names) if settings.output_names else None
-        self._inputs: frozenset[str] | None = None
+        self._io: tuple[frozenset[str], list[str]] | None = None
 
     def _reshape(self, model, settings: BackendSettings) -> None:
         shapes = dict(settings.input_shapes or {})
@@ -179,7 +179,7 @@ class OpenVinoCompiled:
 
     def input_dtypes(self) -> dict[str, np.dtype | None]:
         out: dict[str, np.dtype | None] = {}
-        onnx_inputs = self._onnx_inputs()
+        onnx_inputs = self._onnx_io()[0]
         for inp in self._compiled.inputs:
             name = _onnx_name(inp, onnx_inputs)
             try:
@@ -188,24 +188,22 @@ class OpenVinoCompiled:
                 out[name] = None
         return out
 
-    def _onnx_inputs(self) -> frozenset[str]:
-        """The ONNX graph's input names (read once from the model's bytes)."""
-        if self._inputs is None:
+    def _onnx_io(self) -> tuple[frozenset[str], list[str]]:
+        """The ONNX graph's input names (initializers excluded) and output names, read once
+        from the model's bytes."""
+        if self._io is None:
             import onnx
 
             m = onnx.ModelProto()
             m.ParseFromString(self._bytes)
             init = {i.name for i in m.graph.initializer}
-            self._inputs = frozenset(i.name for i in m.graph.input if i.name not in init)
-        return self._inputs
+            self._io = (frozenset(i.name for i in m.graph.input if i.name not in init),
+                        [o.name for o in m.graph.output])
+        return self._io
 
     def output_names(self) -> list[str]:
         if self._outputs is None:
-            import onnx
-
-            m = onnx.ModelProto()
-            m.ParseFromString(self._bytes)
-            self._outputs = [o.name for o in m.graph.output]
+            self._outputs = list(self._onnx_io()[1])
         return list(self._outputs)
 
     def _infer(self, request, feeds: Mapping[str, np.ndarray]) -> None:

@@ -61,8 +61,8 @@ class RootCheckedMatcher(orp.SimplePatternMatcher):
 
     def __init__(self, pattern) -> None:
         super().__init__(pattern)
-        self._root = _compat.pattern_ops(pattern)[0]
         tree = _compat.pattern_tree(pattern, depth=1)
+        self._root = tree[0] if tree else None
         self._inputs = tuple((i, sub[0]) for i, sub in tree[1]) if tree else ()
 
     def match(self, model, graph_or_function, node, *, verbose=0, remove_nodes=True, tracer=None):

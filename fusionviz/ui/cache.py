@@ -4,7 +4,8 @@ Rules:
 
 1. Models and pipeline results hold protobufs: they are shared, never copied
    (``st.cache_resource``), and nothing downstream mutates them.
-2. Small derived data (summaries, DOT, SVG, verification, memory plans) is ``st.cache_data``.
+2. Small derived data (summaries, DOT, verification, memory plans) is ``st.cache_data``; SVG
+   lives in the graph viewer's LRU (``graph_component.svg_for``), bounded by bytes.
 3. The pipeline is cached per *prefix*: the result for passes ``[p1..pn]`` is the longest cached
    prefix ``[p1..pk]`` plus one pipeline run of ``pk+1..pn`` on its final model, and every prefix
    on the way is cached too. Because the registry fixes the order, toggling a pass re-runs only
@@ -16,7 +17,7 @@ Rules:
    The background thread pauses for page runs only between cached calls (never while it holds a
    cache key's lock that a page may be waiting on).
 5. Every cache has a bound (``max_entries``; the pipelines also by the bytes of the distinct
-   models they hold, ``FUSIONVIZ_PIPELINE_CACHE_MB``, and SVG by bytes); so does the table of models a link can name
+   models they hold, ``FUSIONVIZ_PIPELINE_CACHE_MB``); so does the table of models a link can name
    (``hold_model``: uploads and the command line's model, at most HELD_MODELS, oldest out).
 6. This module knows nothing of the session: callers pass keys and values (no import of
    :mod:`fusionviz.ui.state`).
@@ -300,14 +301,6 @@ def render(key: tuple, side: str, opts: tuple, _model: onnx.ModelProto, _diff):
     return render_graph(_model, diff=_diff, side=side, options=options)
 
 
-def svg(dot: str) -> str:
-    """Lay out DOT to SVG on the server (pygraphviz), keyed by the DOT text itself; kept in the
-    graph viewer's LRU, which is bounded by bytes (a 3,000-node drawing is some 4 MB of SVG)."""
-    from fusionviz.ui.graph_component import svg_for
-
-    return svg_for(dot)
-
-
 @st.cache_data(max_entries=64, show_spinner=False)
 def node_details(key: tuple, name: str, _model: onnx.ModelProto) -> dict:
     """``graphview.node_details`` of one node in one snapshot."""
@@ -390,8 +383,10 @@ def _passes_view(sha: str, passes: tuple[str, ...], shapes: tuple, opts: tuple, 
     yield_to_pages()
     rendered = render(key, "after", opts, result.final, d)
     yield_to_pages()
+    from fusionviz.ui.graph_component import svg_for
+
     try:
-        svg(rendered.dot)
+        svg_for(rendered.dot)  # the viewer's byte-bounded LRU, which the page reads
     except Exception:  # noqa: BLE001 - the page falls back to the browser renderer
         logger.debug("prefetch: no SVG", exc_info=True)
 

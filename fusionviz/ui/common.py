@@ -201,9 +201,9 @@ def show_graph(rendered: Any, *, key: str, height: int = 620) -> tuple[str, str]
     if getattr(rendered, "note", ""):
         st.caption(rendered.note)
     try:
-        from fusionviz.ui.graph_component import graph_click
+        from fusionviz.ui.graph_component import graph_click, svg_for
 
-        svg = cache.svg(rendered.dot)
+        svg = svg_for(rendered.dot)  # laid out once per DOT text, in the viewer's byte-bounded LRU
     except ImportError:
         logger.info("graph component missing; drawing with st.graphviz_chart")
     except errors.FusionvizError as exc:
