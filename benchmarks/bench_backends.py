@@ -24,9 +24,14 @@ fails or runs out of time is a row with its reason. Results are merged into
 pieces: it skips models already there (``--fresh`` starts over, ``--redo NAME`` re-runs some),
 ``--first N`` stops after N corpus models. ``bench_backends.md`` holds the table.
 
+``--light`` adds the onnx wheel's nine "light" CNN models (third-party ImageNet classifiers:
+AlexNet, DenseNet-121, Inception v1/v2, ResNet-50, ShuffleNet, SqueezeNet, VGG-19, ZFNet-512;
+weights made at load time by ConstantOfShape) as a second group, summarized on its own: the
+done-when geomean is the wild corpus's alone.
+
     python benchmarks/bench_backends.py --first 10
     python benchmarks/bench_backends.py                   # the rest
-    python benchmarks/bench_backends.py --only light_squeezenet --fresh
+    python benchmarks/bench_backends.py --light --only light_squeezenet --redo light_squeezenet
 """
 
 from __future__ import annotations
@@ -121,16 +126,27 @@ def one_model(name: str, path: str, hints: dict | None, args) -> dict:
     return row
 
 
+def _light() -> dict[str, Path]:
+    from fusionviz.samples import light_models
+
+    return {p.stem: p for p in light_models()}
+
+
 def _child(args) -> int:
     """``--one NAME``: run one model and print its row as JSON on the last line."""
     from fusionviz.corpus import fetch_corpus, load_manifest, select
 
-    entry = select(load_manifest(), only=[args.one])[0]
-    paths = fetch_corpus([entry])
+    light = _light()
     try:
-        row = one_model(entry.name, str(paths[entry.name]), dict(entry.hints) if args.hints else None, args)
+        if args.one in light:
+            row = one_model(args.one, str(light[args.one]), None, args)
+            row["group"] = "light"
+        else:
+            entry = select(load_manifest(), only=[args.one])[0]
+            path = fetch_corpus([entry])[entry.name]
+            row = one_model(entry.name, str(path), dict(entry.hints) if args.hints else None, args)
     except Exception as exc:  # noqa: BLE001 - a row, not a crash
-        row = {"model": entry.name, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+        row = {"model": args.one, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
     print("ROW " + json.dumps(row, default=str), flush=True)
     return 0
 
@@ -162,7 +178,8 @@ def _fmt(r: list | None) -> str:
 
 
 def table(rows: list[dict]) -> tuple[list[str], dict]:
-    """The per-model table and the summary (geometric means, models over the single-backend goal)."""
+    """The per-model table and the summary (geometric means, models over the single-backend goal)
+    of one group of rows."""
     lines = [f"| {'model':<30} | {'ORT all ms':>10} | {'OpenVINO/ORT all':>22} | {'tuned/ORT all':>22} | "
              f"{'best single':>11} | {'tuned/single':>12} | tuned recommendation |",
              "|" + "|".join("-" * w for w in (32, 12, 24, 24, 13, 14, 22)) + "|"]
@@ -220,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-timeout", type=float, default=360.0,
                     help="wall-clock limit per model, everything included (default 360)")
     ap.add_argument("--hints", action="store_true", help="give the manifest's input hints as flags")
+    ap.add_argument("--light", action="store_true", help="also the onnx wheel's light CNN models (own summary)")
     ap.add_argument("--fresh", action="store_true", help="forget saved results")
     ap.add_argument("--redo", nargs="*", default=[], help="re-run these models even if saved")
     ap.add_argument("--out", default="artifacts/backends", help="folder for bench_backends.json/.md")
@@ -230,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from fusionviz.corpus import fetch_corpus, load_manifest, select
 
-    entries = select(load_manifest(), ci=args.ci, only=args.only)
+    manifest = load_manifest()
+    only = [n for n in args.only or [] if not n.startswith("light_")]
+    entries = [] if args.only and not only else select(manifest, ci=args.ci, only=only)
     if args.first is not None:
         entries = entries[: args.first]
     fetched = fetch_corpus(entries)
@@ -240,32 +260,43 @@ def main(argv: list[str] | None = None) -> int:
     saved: dict[str, dict] = {}
     if store.exists() and not args.fresh:
         saved = {r["model"]: r for r in json.loads(store.read_text()).get("rows", [])}
-    order = [e.name for e in load_manifest()]
-    for e in entries:
-        if e.name not in fetched:
-            saved[e.name] = {"model": e.name, "error": "not in the corpus cache (python -m fusionviz.corpus.fetch)"}
-            continue
-        if e.name in saved and e.name not in args.redo and not saved[e.name].get("error", "").startswith("over"):
-            continue
-        t0 = time.perf_counter()
-        print(f"{e.name} ... load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
-        row = _run_child(e.name, args)
-        saved[e.name] = row
+    light = sorted(_light()) if args.light else []
+    order = [e.name for e in manifest] + light
+    names = [e.name for e in entries] + [n for n in light if not args.only or n in args.only]
+
+    def report() -> str:
         rows = sorted(saved.values(), key=lambda r: order.index(r["model"]) if r["model"] in order else 1e9)
-        lines, summary = table(rows)
-        store.write_text(json.dumps({"rows": rows, "summary": summary,
+        text, summaries = [], {}
+        for group, title in (("wild", "Wild corpus"), ("light", "onnx light models (not in the goal)")):
+            mine = [r for r in rows if r.get("group", "wild") == group]
+            if not mine:
+                continue
+            lines, summaries[group] = table(mine)
+            text += [f"## {title}", ""] + lines + [""] + _summary_lines(summaries[group]) + [""]
+        store.write_text(json.dumps({"rows": rows, "summary": summaries.get("wild"), "summaries": summaries,
                                      "settings": {k: v for k, v in vars(args).items() if k != "one"}},
                                     indent=1, default=str))
-        (out / "bench_backends.md").write_text("\n".join(lines + [""] + _summary_lines(summary)) + "\n")
+        (out / "bench_backends.md").write_text("\n".join(text))
+        return "\n".join(text)
+
+    for name in names:
+        if name not in fetched and name not in light:
+            saved[name] = {"model": name, "error": "not in the corpus cache (python -m fusionviz.corpus.fetch)"}
+            continue
+        if name in saved and name not in args.redo and not saved[name].get("error", "").startswith("over"):
+            continue
+        t0 = time.perf_counter()
+        print(f"{name} ... load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
+        row = _run_child(name, args)
+        saved[name] = row
+        report()
         if row.get("error"):
-            print(f"  {e.name}: failed: {row['error']}", file=sys.stderr, flush=True)
+            print(f"  {name}: failed: {row['error']}", file=sys.stderr, flush=True)
         else:
-            print(f"  {e.name}: tuned {_fmt(row['tuned'])}, OpenVINO {_fmt(row['openvino'])}, "
+            print(f"  {name}: tuned {_fmt(row['tuned'])}, OpenVINO {_fmt(row['openvino'])}, "
                   f"tuned/single {row.get('tuned_vs_single')}, {row['tuned_label']} "
                   f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-    rows = sorted(saved.values(), key=lambda r: order.index(r["model"]) if r["model"] in order else 1e9)
-    lines, summary = table(rows)
-    print("\n".join(lines + [""] + _summary_lines(summary)))
+    print(report())
     return 0
 
 

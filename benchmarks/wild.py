@@ -4,6 +4,8 @@
     python benchmarks/wild.py --ci               # the fast CI subset
     python benchmarks/wild.py --only silero_vad_v6 --passes fp16,all
     python benchmarks/wild.py --hints            # also give the manifest's input hints
+    python benchmarks/wild.py --fix-shapes --passes all --out artifacts/wild_fixed
+                                                 # input shapes fixed in the model, as tune does
 
 Models are fetched into the corpus cache first (``python -m fusionviz.corpus.fetch``). Inputs
 are what a user gets with no flags (fusionviz's own input plan, probed on the original); with
@@ -48,7 +50,8 @@ def _variants(spec: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-def run_model(name: str, path: str, variants: list[tuple[str, list[str]]], hints: dict | None) -> dict:
+def run_model(name: str, path: str, variants: list[tuple[str, list[str]]], hints: dict | None,
+              fix_shapes: bool = False) -> dict:
     """All variants of one model (runs in a worker process)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from fusionviz import model_io
@@ -69,7 +72,7 @@ def run_model(name: str, path: str, variants: list[tuple[str, list[str]]], hints
                 "seconds": time.perf_counter() - t0}
     cells = []
     for label, passes in variants:
-        cell = audit(loaded.proto, name, label, passes, plan)
+        cell = audit(loaded.proto, name, label, passes, plan, shapes=plan.shapes() if fix_shapes else None)
         cells.append(cell.as_dict())
     return {"model": name, "inputs": plan.describe_lines(), "cells": cells, "seconds": time.perf_counter() - t0}
 
@@ -91,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passes", default="all,each", help="all, each, or pass names (comma-separated)")
     ap.add_argument("--jobs", type=int, default=2, help="models checked in parallel (processes)")
     ap.add_argument("--hints", action="store_true", help="give the manifest's input hints as flags")
+    ap.add_argument("--fix-shapes", action="store_true",
+                    help="fix every input's shape in the model to the plan's, as --shape does (tune and bench do)")
     ap.add_argument("--out", default="artifacts/wild", help="folder for wild.json/.md/.csv")
     args = ap.parse_args(argv)
 
@@ -105,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     with cf.ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futs = {pool.submit(run_model, e.name, str(fetched[e.name]), variants,
-                            dict(e.hints) if args.hints else None): e.name
+                            dict(e.hints) if args.hints else None, args.fix_shapes): e.name
                 for e in entries if e.name in fetched}
         for fut in cf.as_completed(futs):
             try:

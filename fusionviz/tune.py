@@ -166,6 +166,8 @@ class TuneResult:
     backends: tuple[str, ...] = ("ort",)
     backend_notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
     recommendation: str = ""
+    #: Inputs made constants in every variant with passes (``--freeze``): name → value.
+    frozen: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def _confirmed(self, config: TuneConfig | None) -> Confirmed | None:
         return next((c for c in self.confirmation if c.config == config and c.ratio is not None), None)
@@ -201,7 +203,8 @@ class TuneResult:
         lo, hi = self.ratio_ci
         best = self._confirmed(self.best)
         return {
-            "best": {**self.best.as_dict(), "applied": best.applied if best else None},
+            "best": {**self.best.as_dict(), "applied": best.applied if best else None,
+                     "frozen": dict(self.frozen) if self.best.passes else {}},
             "best_label": self.best.label(),
             "best_ms": self.best_ms,
             "baseline_ms": self.baseline_ms,
@@ -274,6 +277,7 @@ def tune(
     *,
     shapes: Mapping[str, Sequence[int]] | None = None,
     feeds: Mapping[str, np.ndarray] | None = None,
+    freeze: Mapping[str, np.ndarray] | None = None,
     budget_s: float = 120.0,
     min_time_s: float = 0.5,
     min_gain: float = 0.03,
@@ -289,6 +293,8 @@ def tune(
         model: the original model.
         shapes: concrete input shapes (``--shape``), used by passes and the benchmark.
         feeds: the inputs to time and verify with (an InputPlan's set); default from ``shapes``.
+        freeze: inputs made constants (``--freeze``) in every variant with passes; the
+            original (no passes: the baseline and each backend alone) keeps them as inputs.
         budget_s: wall-clock budget for the search (the confirmation comes on top).
         min_time_s: timed seconds per variant per measurement.
         min_gain: a drop must be at least this much faster (fraction) to be taken.
@@ -321,11 +327,11 @@ def tune(
     def build(ps: Sequence[str]) -> onnx.ModelProto:
         key = tuple(ps)
         if key not in built:
-            built[key] = run_pipeline(model, list(ps), shapes=shapes, keep_snapshots=False).final
+            built[key] = run_pipeline(model, list(ps), shapes=shapes, freeze=freeze, keep_snapshots=False).final
         return built[key]
 
     say(f"tune: running {len(names)} passes")
-    full = run_pipeline(model, names, shapes=shapes, keep_snapshots=False)
+    full = run_pipeline(model, names, shapes=shapes, freeze=freeze, keep_snapshots=False)
     active = [r.name for r in full.reports if r.changes and not r.error]
     inactive = tuple(n for n in names if n not in active)
     built[tuple(active)] = full.final
@@ -464,7 +470,8 @@ def tune(
     seconds = time.perf_counter() - t0
     return TuneResult(best, float(conf_best.median_ms or 0.0), float(base.median_ms or 0.0), tuple(steps), seconds,
                       budget_s, inactive, exhausted, confirmation=tuple(confirmation), candidate=candidate,
-                      backends=usable, backend_notes=dict(notes), recommendation=recommendation)
+                      backends=usable, backend_notes=dict(notes), recommendation=recommendation,
+                      frozen={k: np.asarray(v).tolist() for k, v in (freeze or {}).items()})
 
 
 def _confirm(candidate: TuneConfig, singles: Sequence[str], build, bench, seconds: float) -> list[Confirmed]:
@@ -504,8 +511,12 @@ def _recommend(candidate: TuneConfig, confirmation: Sequence[Confirmed]) -> tupl
 
 
 def tuned_model(model: onnx.ModelProto, result: TuneResult,
-                shapes: Mapping[str, Sequence[int]] | None = None) -> onnx.ModelProto:
-    """The winner's model (its passes applied); run it with ``result.best.settings()``."""
+                shapes: Mapping[str, Sequence[int]] | None = None,
+                freeze: Mapping[str, np.ndarray] | None = None) -> onnx.ModelProto:
+    """The winner's model (its passes applied, ``freeze``'s inputs made constants when it has
+    passes); run it with ``result.best.settings()``."""
     from fusionviz.passes import run_pipeline
 
-    return run_pipeline(model, list(result.best.passes), shapes=shapes, keep_snapshots=False).final
+    if not result.best.passes:
+        return model
+    return run_pipeline(model, list(result.best.passes), shapes=shapes, freeze=freeze, keep_snapshots=False).final

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -170,9 +171,12 @@ def _ort_sentence(exc: Exception) -> str:
 
 
 def run_model(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The session's outputs by name. Feeds the model does not take are left out: a model with
+    an input frozen into it (``--freeze``) is compared on the original's feeds."""
     names = [o.name for o in session.get_outputs()]
+    takes = {i.name for i in session.get_inputs()}
     try:
-        outs = session.run(names, dict(feeds))
+        outs = session.run(names, {k: v for k, v in feeds.items() if k in takes})
     except Exception as exc:  # noqa: BLE001
         raise errors.RuntimeLoadError(f"onnxruntime failed to run the model: {_ort_sentence(exc)}") from None
     return dict(zip(names, outs, strict=True))
@@ -395,6 +399,15 @@ def probe(model: onnx.ModelProto, plan: InputPlan, *, isolated: bool = True) -> 
         f"The model does not run on the inputs fusionviz chose ({chosen}): {err[:200]}; {hint}.")
 
 
+def ort_error_isolated(model: bytes, level: str) -> str | None:
+    """:func:`fusionviz.passes.validity.ort_error` in a child process: a model that crashes
+    onnxruntime while it builds the session is an error sentence, not a dead parent."""
+    try:
+        return _child(("load", model, level))
+    except errors.RuntimeLoadError as exc:
+        return str(exc).replace("onnxruntime could not run the model for verification: ", "")
+
+
 def _child(payload: tuple):
     """Run ``payload`` in ``python -m fusionviz.verify_worker`` under the memory and time caps."""
     data = pickle.dumps((payload, VERIFY_MEM_MB))
@@ -408,7 +421,9 @@ def _child(payload: tuple):
     if proc.returncode != 0 or not proc.stdout:
         tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         reason = tail[-1] if tail else f"exit status {proc.returncode}"
-        if proc.returncode < 0 or "MemoryError" in reason or "bad_alloc" in reason:
+        if -proc.returncode in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
+            reason = f"onnxruntime crashed ({signal.Signals(-proc.returncode).name})"
+        elif proc.returncode < 0 or "MemoryError" in reason or "bad_alloc" in reason:
             reason = f"it ran out of memory (cap {VERIFY_MEM_MB} MB, FUSIONVIZ_VERIFY_MEM_MB)"
         raise errors.RuntimeLoadError(f"onnxruntime could not run the model for verification: {reason}")
     result = pickle.loads(proc.stdout)  # our own child's output

@@ -29,6 +29,23 @@ def add_input_args(p) -> None:
                         "one-input model); verified as an extra input set and used by bench")
 
 
+def add_freeze_arg(p) -> None:
+    """--freeze NAME=VALUE: specialize the optimized model for one value of an input."""
+    p.add_argument("--freeze", action="append", default=[], metavar="NAME=VALUE",
+                   help="make input NAME the constant VALUE in the optimized model, which then no longer takes "
+                        "it (an If on it folds to one branch); the original is fed VALUE, e.g. --freeze sr=16000 "
+                        "(repeatable)")
+
+
+def freeze_of(args, plan) -> dict | None:
+    """``--freeze``'s inputs → the value arrays the plan feeds them (dtype and shape of the input)."""
+    names = list(parse_values(getattr(args, "freeze", None)))
+    if not names:
+        return None
+    feeds = plan.feeds("normal")
+    return {n: feeds[n] for n in names}
+
+
 def input_spec_of(args, model) -> InputSpec:
     """The InputSpec from --shape / --input / --inputs (the file is checked against ``model``)."""
     from fusionviz.inputs import load_data
@@ -42,8 +59,12 @@ def input_spec_of(args, model) -> InputSpec:
             raise errors.InputSpecError(f"Cannot read '{path}': {exc.strerror}.") from None
         data = load_data(raw, path, model)
     shapes = {k: tuple(v) for k, v in parse_shapes(getattr(args, "shape", None)).items()}
-    return InputSpec(shapes=shapes, values=parse_values(getattr(args, "input_values", None)),
-                     data=data, data_label=Path(path).name if path else "")
+    values = parse_values(getattr(args, "input_values", None))
+    for name, value in parse_values(getattr(args, "freeze", None)).items():
+        if name in values and values[name] != value:
+            raise errors.InputSpecError(f"--input {name}={values[name]} and --freeze {name}={value} disagree.")
+        values[name] = value  # the original is fed the frozen value
+    return InputSpec(shapes=shapes, values=values, data=data, data_label=Path(path).name if path else "")
 
 
 def input_plan_of(args, model, *, run_check: bool = True):

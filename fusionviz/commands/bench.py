@@ -43,6 +43,7 @@ def register(sub) -> None:
                    help="flush denormals to zero (onnxruntime session.set_denormal_as_zero, "
                         "OpenVINO CPU_DENORMALS_OPTIMIZATION)")
     common.add_input_args(p)
+    common.add_freeze_arg(p)
     p.add_argument("--min-time", type=float, default=1.0, metavar="S", help="timed seconds per variant (default 1)")
     p.add_argument("--max-rounds", type=int, default=500, help="most interleaved rounds (default 500)")
     p.add_argument("--timeout", type=float, default=120, metavar="S", help="time limit per worker (default 120)")
@@ -69,11 +70,12 @@ def _parse_variant(text: str) -> tuple[str, list[str]]:
     return label, names
 
 
-def build_variants(model, args, settings, shapes) -> list:
+def build_variants(model, args, settings, shapes, freeze=None) -> list:
     """Variants for the CLI flags (also used by scripts).
 
     The ``--variant`` set (or original and all passes) is repeated for every backend of
-    ``args.backend``; what-if and reference variants use ``settings`` (onnxruntime).
+    ``args.backend``; what-if and reference variants use ``settings`` (onnxruntime). ``freeze``
+    (``--freeze``) makes inputs constants in the variants with passes.
     """
     import dataclasses
 
@@ -104,7 +106,7 @@ def build_variants(model, args, settings, shapes) -> list:
         for label, names in specs:
             if names:
                 common.progress(f"running passes for '{label}': {', '.join(names)}")
-                res = run_pipeline(model, names, shapes=shapes, keep_snapshots=False)
+                res = run_pipeline(model, names, shapes=shapes, freeze=freeze, keep_snapshots=False)
                 for r in res.reports:
                     if r.error:
                         common.progress(f"  pass {r.name} skipped: {r.error}")
@@ -183,8 +185,11 @@ def run(args) -> int:
                         denormal_as_zero=args.denormal_as_zero, backend=backends[0])
     for v in args.variant:
         _parse_variant(v)  # validate flags before loading anything
+    if getattr(args, "freeze", None) and (args.whatif or args.reference):
+        raise errors.InputSpecError("--freeze applies to --variant (and the default variants), not to --whatif "
+                                    "or --reference.")
     loaded, plan, shapes, feeds = common.load_with_plan(args)  # the inputs verify uses, checked on the original
-    variants = build_variants(loaded.proto, args, settings, shapes)
+    variants = build_variants(loaded.proto, args, settings, shapes, common.freeze_of(args, plan))
     on = f" on {', '.join(backends)}" if len(backends) > 1 else ""
     common.progress(f"benchmarking {len(variants)} variants of {loaded.name}{on} ({settings.describe()})")
     last = [-1]

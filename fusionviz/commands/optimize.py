@@ -1,5 +1,5 @@
 """`optimize MODEL -o OUT.onnx [--passes a,b | --all] [--shape ..] [--input ..] [--inputs F] [--report R.json]
-[--no-verify] [--rtol R] [--atol A]`."""
+[--freeze NAME=VALUE] [--no-verify] [--rtol R] [--atol A]`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ def register(sub) -> None:
     g.add_argument("--passes", default=None, help="comma-separated pass names (canonical order is used)")
     g.add_argument("--all", action="store_true", help="every pass that keeps outputs equal")
     common.add_input_args(p)
+    common.add_freeze_arg(p)
     p.add_argument("--report", metavar="REPORT.json", help="write a JSON report")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
     p.add_argument("--rtol", type=float, default=1e-4,
@@ -36,7 +37,7 @@ def run(args) -> int:
     passes = registry.resolve(names)  # validates names before any work
     loaded, plan, shapes, _ = common.load_with_plan(args, run_check=not args.no_verify)  # before any pass runs
     result = run_pipeline(loaded.proto, [p.name for p in passes], keep_snapshots=False,
-                          shapes=shapes, progress=lambda i, n, name: common.progress(f"[{i}/{n}] {name}") if i < n else None)
+                          shapes=shapes, freeze=common.freeze_of(args, plan), progress=lambda i, n, name: common.progress(f"[{i}/{n}] {name}") if i < n else None)
     for r in result.reports:
         line = f"{r.name:<28} {len(r.changes):>4} changes  nodes {r.nodes_before} -> {r.nodes_after}  {r.seconds * 1000:.0f} ms"
         if r.error:
@@ -46,11 +47,15 @@ def run(args) -> int:
         elif r.note:
             line += f"  ({r.note})"
         common.progress(line)
+    for note in result.notes:
+        common.progress(f"note: {note}")
     report = {"model": loaded.name, "inputs": plan.describe_lines(), **result.as_dict()}
     code = 0
     if not args.no_verify:
         exact = all(p.exact for p in passes)
-        v = verify.verify(result.original, result.final, plan=plan, rtol=args.rtol, atol=args.atol,
+        # A frozen input is verified against the user's own model fed that value.
+        reference = loaded.proto if getattr(args, "freeze", None) else result.original
+        v = verify.verify(reference, result.final, plan=plan, rtol=args.rtol, atol=args.atol,
                           report_only=not exact, isolated=True)
         report["verify"] = v.as_dict()
         common.progress(f"verify: {v.summary()}")

@@ -19,6 +19,7 @@ def register(sub) -> None:
                                     "variant, then confirm it")
     common.add_model_arg(p)
     common.add_input_args(p)
+    common.add_freeze_arg(p)
     p.add_argument("--backend", default=",".join(DEFAULT_BACKENDS), metavar="ort,openvino,tvm,trt",
                    help=f"backends to search (default {','.join(DEFAULT_BACKENDS)}; TVM is slow untuned, "
                         "TensorRT needs an NVIDIA GPU)")
@@ -45,7 +46,7 @@ def run(args) -> int:
     if args.budget_s <= 0 or args.min_time_s <= 0:
         raise errors.InputSpecError("--budget-s and --min-time-s must be positive.")
     loaded, plan, shapes, feeds = common.load_with_plan(args)
-    result = tune(loaded.proto, shapes=shapes, feeds=feeds, budget_s=args.budget_s, min_time_s=args.min_time_s,
+    result = tune(loaded.proto, shapes=shapes, feeds=feeds, freeze=common.freeze_of(args, plan), budget_s=args.budget_s, min_time_s=args.min_time_s,
                   backends=backends, progress=common.progress)
     for s in result.steps:
         ms = f"{s.median_ms:8.3f} ms" if s.median_ms is not None else "  failed   "

@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -87,6 +88,7 @@ class PipelineResult:
     snapshots: tuple[Snapshot, ...]
     reports: tuple[PassReport, ...]
     seconds: float
+    notes: tuple[str, ...] = ()  # what the run did not do as asked, and why (one sentence each)
 
     @property
     def original(self) -> onnx.ModelProto:
@@ -113,6 +115,7 @@ class PipelineResult:
             "nodes_before": self.nodes_before,
             "nodes_after": self.nodes_after,
             "seconds": round(self.seconds, 4),
+            "notes": list(self.notes),
         }
 
 
@@ -129,6 +132,50 @@ def fix_input_shapes(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> No
                 f"--shape {name} has {len(dims)} dims but the input has rank {len(v.shape)}."
             )
         v.shape = ir.Shape(list(dims))
+
+
+def freeze_inputs(model: ir.Model, values: Mapping[str, np.ndarray]) -> None:
+    """Make each named graph input a constant (an initializer holding the given value), in place.
+
+    The model is specialized: it no longer takes those inputs, and a pass can fold what depends
+    on them (an ``If`` on a sample rate becomes the branch for that rate). The value must have
+    the input's element type and fit its declared shape.
+    """
+    by_name = {v.name: v for v in model.graph.inputs}
+    for name, value in values.items():
+        if name not in by_name:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise errors.InputSpecError(f"--freeze names input '{name}', but the model's inputs are: {known}.")
+        v = by_name[name]
+        arr = np.asarray(value)
+        if v.dtype is not None and arr.dtype != v.dtype.numpy():
+            arr = arr.astype(v.dtype.numpy())
+        if v.shape is not None:
+            dims = list(v.shape)
+            if len(dims) != arr.ndim or any(isinstance(d, int) and d != n for d, n in zip(dims, arr.shape)):
+                raise errors.InputSpecError(f"--freeze {name}: a value of shape {list(arr.shape)} does not fit the "
+                                            f"input's shape {[d if isinstance(d, int) else str(d) for d in dims]}.")
+        model.graph.inputs.remove(v)
+        v.shape = ir.Shape(list(arr.shape))
+        v.const_value = ir.tensor(arr, name=name)
+        model.graph.register_initializer(v)
+
+
+def fixed_shapes_refused(model: onnx.ModelProto, fixed: onnx.ModelProto) -> str | None:
+    """Why onnxruntime at its default level refuses ``fixed`` (a pipeline result on ``model``
+    with its input shapes fixed) though it loads ``model``; None when it loads both or neither.
+
+    Only a model with control flow is checked: onnxruntime's level-all folding makes shapes
+    concrete inside every branch, and a branch that cannot run with those shapes (silero's 8 kHz
+    path fed 16 kHz frames; the If picks it by the *value* of an input) then fails type
+    inference, though the branch never runs.
+    """
+    if not validity.has_subgraphs(model):
+        return None
+    why = validity.ort_error_at_all(fixed)
+    if why is None or validity.ort_error_at_all(model) is not None:
+        return None
+    return why
 
 
 def infer_shapes(model: ir.Model) -> ir.Model:
@@ -187,6 +234,7 @@ def run_pipeline(
     pass_names: Sequence[str],
     *,
     shapes: Mapping[str, Sequence[int]] | None = None,
+    freeze: Mapping[str, np.ndarray] | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     keep_snapshots: bool = True,
     validate: bool = True,
@@ -199,17 +247,24 @@ def run_pipeline(
     pass. The restore-on-error rule needs those per-pass snapshots, so when a pass fails in
     that mode the pipeline is simply run again with them: the result is the same either way.
 
+    ``shapes`` fixes input shapes (``--shape``) and ``freeze`` makes inputs constants
+    (``--freeze``) before the first pass; the "original" snapshot is the model so specialized.
+
     ``validate`` applies the validity rule (module docstring); ``_careful`` is the internal
     second run that checks it after every pass.
     """
     passes = registry.resolve(pass_names)
     t0 = time.perf_counter()
     work = to_ir(model)
+    if freeze:
+        shapes = {k: v for k, v in (shapes or {}).items() if k not in freeze} or None
     if shapes:
         fix_input_shapes(work, shapes)
         from fusionviz.passes.hygiene import forget_negative_dims
 
         forget_negative_dims(work)  # Paddle's -1 dims would contradict the fixed input shapes
+    if freeze:
+        freeze_inputs(work, freeze)
     renamed = ensure_unique_names(work)
     if passes:
         from fusionviz.passes.validate import malformed
@@ -217,7 +272,7 @@ def run_pipeline(
         why = malformed(work)
         if why:
             raise errors.CheckerError(f"The model breaks the ONNX spec, so no pass can run on it: {why}.")
-    if shapes or renamed:
+    if shapes or renamed or freeze:
         original = to_proto(work)
     else:  # the IR holds exactly the input: a C-level copy instead of a serialization
         original = onnx.ModelProto()
@@ -260,7 +315,7 @@ def run_pipeline(
             error = f"{type(exc).__name__}: {exc}"
         if (error is not None or declined is not None) and not keep_snapshots:
             # nothing to restore from: run again with snapshots
-            return run_pipeline(model, pass_names, shapes=shapes, progress=progress,
+            return run_pipeline(model, pass_names, shapes=shapes, freeze=freeze, progress=progress,
                                 validate=validate, _careful=_careful)
         if error is not None:
             error = f"{error} (after: {', '.join(r.name for r in reports) or 'no other pass'})"
@@ -296,17 +351,25 @@ def run_pipeline(
         last = snapshots[-1]
         final = last.model if len(snapshots) == 1 or last.model is not None else to_proto(work)
         snapshots = [snapshots[0]] + ([Snapshot(last.label, final, last.node_count)] if len(snapshots) > 1 else [])
+    result = PipelineResult(tuple(snapshots), tuple(reports), time.perf_counter() - t0)
     if validate and not _careful and any(r.changes for r in reports):
         why = validity.violation(snapshots[-1].model, base)
         if why:  # some pass broke the rule: find which, pass by pass
             logger.info("the result breaks the validity rule (%s); checking pass by pass", why)
-            careful = run_pipeline(model, pass_names, shapes=shapes, progress=progress,
-                                   keep_snapshots=True, validate=True, _careful=True)
-            if keep_snapshots:
-                return careful
-            snaps = careful.snapshots
-            return PipelineResult((snaps[0], snaps[-1]) if len(snaps) > 1 else snaps, careful.reports,
-                                  careful.seconds)
+            result = run_pipeline(model, pass_names, shapes=shapes, freeze=freeze, progress=progress,
+                                  keep_snapshots=True, validate=True, _careful=True)
+            if not keep_snapshots:
+                snaps = result.snapshots
+                result = dataclasses.replace(result, snapshots=(snaps[0], snaps[-1]) if len(snaps) > 1 else snaps)
+    if shapes and not _careful:
+        refused = fixed_shapes_refused(model, result.final)
+        if refused:  # the shapes, not a pass, broke it (passes are checked against the fixed model)
+            note = ("The input shapes were not fixed in the model: with them fixed, onnxruntime (level all) refuses "
+                    f"the result ({refused}); the passes ran on the model's own input dims.")
+            logger.info(note)
+            again = run_pipeline(model, pass_names, freeze=freeze, progress=progress, keep_snapshots=keep_snapshots,
+                                 validate=validate)
+            return dataclasses.replace(again, notes=(note, *again.notes))
     if progress:
         progress(len(passes), len(passes), "done")
-    return PipelineResult(tuple(snapshots), tuple(reports), time.perf_counter() - t0)
+    return result

@@ -8,8 +8,14 @@ signature. Checked against a :class:`Baseline` taken from the model the pass sta
    value_info, an op the checker's inference trips on) is held to the plain checker instead,
    so a pass is never blamed for what it inherited.
 2. The graph's inputs and outputs keep their names, element types and ranks (where known).
-3. onnxruntime (optimizations off) can create a session for it, when it could for the model
-   before the pass.
+3. onnxruntime can create a session for it with optimizations off, when it could for the
+   model before the pass; a model with control flow (If/Loop/Scan) also at onnxruntime's
+   default level (all), in a child process. Level all matters on its own there: its constant
+   folding makes shapes concrete inside every branch, and a branch that cannot run with fixed
+   input shapes (silero's 8 kHz path fed 16 kHz frames) fails type inference, or crashes
+   onnxruntime 1.2x, while the same model loads with optimizations off. The child keeps such
+   a crash from taking the app with it; models without control flow skip it (a session at
+   level all costs up to 0.2 s, and a child process more).
 
 :func:`violation` returns the first broken rule as one sentence, or None. The pipeline calls it
 on the final model of a run and, only when that fails, after each pass, rolling back and
@@ -51,7 +57,7 @@ class Baseline:
         self.model = model
         self.inputs, self.outputs = io_signature(model)
         self._full_check: bool | None = None
-        self._ort_loads: bool | None = None
+        self._ort_loads: dict[str, bool] = {}
         self._plain_check: bool | None = None
 
     @property
@@ -71,12 +77,13 @@ class Baseline:
             self._plain_check = checker_error(self.model, full=False) is None
         return self._plain_check
 
-    @property
-    def ort_loads(self) -> bool:
-        """Whether onnxruntime could create a session for the model."""
-        if self._ort_loads is None:
-            self._ort_loads = ort_error(self.model) is None
-        return self._ort_loads
+    def ort_loads(self, level: str) -> bool:
+        """Whether onnxruntime could create a session for the model at ``level`` (off or all;
+        all in a child process, as rule 3 checks it)."""
+        if level not in self._ort_loads:
+            err = ort_error(self.model, "off") if level == "off" else ort_error_at_all(self.model)
+            self._ort_loads[level] = err is None
+        return self._ort_loads[level]
 
 
 def _sig(values, skip: set[str] = frozenset()) -> tuple[IOSig, ...]:
@@ -111,16 +118,19 @@ def checker_error(model: onnx.ModelProto, *, full: bool) -> str | None:
     return None
 
 
-def ort_error(model: onnx.ModelProto) -> str | None:
-    """Why onnxruntime (optimizations off, CPU) cannot create a session, or None."""
+def ort_error(model: onnx.ModelProto | bytes, level: str = "off") -> str | None:
+    """Why onnxruntime (CPU, optimization ``level`` off or all) cannot create a session, or None."""
     import onnxruntime as ort
 
+    from fusionviz.ortlevels import graph_optimization_level
+
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.graph_optimization_level = graph_optimization_level(level)
     so.log_severity_level = 4
     so.intra_op_num_threads = 1
     try:
-        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        data = model if isinstance(model, bytes) else model.SerializeToString()
+        ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
         return _one_line(str(exc).replace("[ONNXRuntimeError] : ", ""))
     return None
@@ -158,7 +168,36 @@ def violation(model: onnx.ModelProto, base: Baseline) -> str | None:
             err = None
     if err:
         return f"the ONNX checker rejects the result: {err}"
-    err = ort_error(model)
-    if err and base.ort_loads:
+    data = model.SerializeToString()
+    err = ort_error(data, "off")
+    if err and base.ort_loads("off"):
         return f"onnxruntime cannot load the result: {err}"
+    if has_subgraphs(model):
+        err = ort_error_at_all(data)
+        if err and base.ort_loads("all"):
+            return f"onnxruntime (optimization level all) cannot load the result: {err}"
     return None
+
+
+def has_subgraphs(model: onnx.ModelProto) -> bool:
+    """Whether a main-graph node carries a graph attribute (If, Loop, Scan)."""
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for n in model.graph.node for a in n.attribute)
+
+
+_AT_ALL: dict[bytes, str | None] = {}  # model digest → verdict (the pipeline asks twice of one result)
+
+
+def ort_error_at_all(model: onnx.ModelProto | bytes) -> str | None:
+    """:func:`ort_error` at level all, in a child process (rule 3); the last 64 verdicts are kept."""
+    import hashlib
+
+    from fusionviz.verify import ort_error_isolated
+
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    key = hashlib.blake2b(data, digest_size=20).digest()
+    if key not in _AT_ALL:
+        if len(_AT_ALL) >= 64:
+            _AT_ALL.pop(next(iter(_AT_ALL)))
+        _AT_ALL[key] = ort_error_isolated(data, "all")
+    return _AT_ALL[key]
