@@ -24,6 +24,10 @@ fails or runs out of time is a row with its reason. Results are merged into
 pieces: it skips models already there (``--fresh`` starts over, ``--redo NAME`` re-runs some),
 ``--first N`` stops after N corpus models. ``bench_backends.md`` holds the table.
 
+``--hints --freeze sr`` also makes the named inputs' hinted *values* (silero's sample rate)
+constants in tune's variants, as ``tune --freeze sr=16000`` does: the model is then specialized
+to that value (the baseline and each backend alone keep the input).
+
 ``--light`` adds the onnx wheel's nine "light" CNN models (third-party ImageNet classifiers:
 AlexNet, DenseNet-121, Inception v1/v2, ResNet-50, ShuffleNet, SqueezeNet, VGG-19, ZFNet-512;
 weights made at load time by ConstantOfShape) as a second group, summarized on its own: the
@@ -80,10 +84,13 @@ def one_model(name: str, path: str, hints: dict | None, args) -> dict:
     plan = probe(loaded.proto, plan_inputs(loaded.proto, spec), isolated=False)
     shapes = plan.shapes()
     feeds = plan.feeds("normal")
+    # --freeze NAME: that input's hinted value (a sample rate) becomes a constant, as tune --freeze does
+    freeze = {k: feeds[k] for k in (hints or {}).get("values", {}) if k in args.freeze} or None
+    row["frozen"] = sorted(freeze or {})
     row["nodes"] = len(loaded.proto.graph.node)
     row["inputs"] = plan.describe_lines()
     lines: list[str] = []
-    tr = tune(loaded.proto, shapes=shapes, feeds=feeds, budget_s=args.budget_s, min_time_s=args.min_time,
+    tr = tune(loaded.proto, shapes=shapes, feeds=feeds, freeze=freeze, budget_s=args.budget_s, min_time_s=args.min_time,
               backends=("ort", "openvino"), progress=lines.append)
     row["tune"] = {k: v for k, v in tr.as_dict().items() if k != "steps"}
     row["tune_log"] = lines[-12:]
@@ -93,7 +100,7 @@ def one_model(name: str, path: str, hints: dict | None, args) -> dict:
     variants = [Variant("ort_all", loaded.proto, ort_all.settings()),
                 Variant("openvino", loaded.proto, ov_alone.settings())]
     if best not in (ort_all, ov_alone):
-        model = tuned_model(loaded.proto, tr, shapes=shapes) if best.passes else loaded.proto
+        model = tuned_model(loaded.proto, tr, shapes=shapes, freeze=freeze)
         variants.append(Variant("tuned", model, best.settings(), best.passes))
     res = run_benchmark(variants, shapes=shapes, feeds=feeds, min_time_s=args.final_time,
                         verify_against=loaded.proto, max_rounds=400)
@@ -153,7 +160,8 @@ def _child(args) -> int:
 
 def _run_child(name: str, args) -> dict:
     cmd = [sys.executable, __file__, "--one", name, "--budget-s", str(args.budget_s), "--min-time",
-           str(args.min_time), "--final-time", str(args.final_time)] + (["--hints"] if args.hints else [])
+           str(args.min_time), "--final-time", str(args.final_time)] + (["--hints"] if args.hints else []) + (
+               ["--freeze", *args.freeze] if args.freeze else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             start_new_session=True, cwd=str(ROOT))
     try:
@@ -237,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-timeout", type=float, default=360.0,
                     help="wall-clock limit per model, everything included (default 360)")
     ap.add_argument("--hints", action="store_true", help="give the manifest's input hints as flags")
+    ap.add_argument("--freeze", nargs="*", default=[], metavar="NAME",
+                    help="with --hints: make these inputs' hinted values constants in tune's variants (--freeze)")
     ap.add_argument("--light", action="store_true", help="also the onnx wheel's light CNN models (own summary)")
     ap.add_argument("--fresh", action="store_true", help="forget saved results")
     ap.add_argument("--redo", nargs="*", default=[], help="re-run these models even if saved")

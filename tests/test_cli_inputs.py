@@ -125,3 +125,42 @@ g (float[2, 4] x, int64 n) => (float[2, 4] y) {
     assert "needs a specific value for 'n': give it with --input n=VALUE" in lines[0]
     code, _, err = _run(capsys, "optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--all", "--input", "n=8")
     assert code == 0, err
+
+
+@pytest.mark.parametrize(("rate", "op"), [("16000", "Relu"), ("8000", "Neg")])
+def test_freeze_specializes_the_model_for_one_value(tf_model, tmp_path, capsys, rate, op):
+    out = tmp_path / "o.onnx"
+    code, _, err = _run(capsys, "optimize", str(tf_model), "-o", str(out), "--all", "--freeze", f"sr={rate}")
+    assert code == 0, err
+    assert "verify: equal" in err  # against the user's model fed sr=rate
+    m = onnx.load(str(out))
+    assert [i.name for i in m.graph.input] == ["serving_default_input_2:0"]
+    assert [n.op_type for n in m.graph.node] == [op]  # the If folded to the branch for that rate
+
+
+def test_freeze_and_input_must_agree(tf_model, tmp_path, capsys):
+    code, _, err = _run(capsys, "optimize", str(tf_model), "-o", str(tmp_path / "o.onnx"), "--all",
+                        "--input", "sr=8000", "--freeze", "sr=16000")
+    assert code == 2
+    assert err.strip().splitlines()[-1] == "fusionviz: error: --input sr=8000 and --freeze sr=16000 disagree."
+
+
+def test_freeze_of_an_unknown_input_is_one_line(tf_model, tmp_path, capsys):
+    code, _, err = _run(capsys, "optimize", str(tf_model), "-o", str(tmp_path / "o.onnx"), "--all",
+                        "--freeze", "rate=16000")
+    assert code == 2
+    assert "Traceback" not in err
+    assert "rate" in err.strip().splitlines()[-1]
+
+
+def test_tune_with_freeze_says_what_it_froze(tf_model, capsys):
+    from fusionviz.tune import tune, tuned_model
+
+    model = onnx.load(str(tf_model))
+    feeds = {"serving_default_input_2:0": np.ones((1, 8, 8, 3), np.float32), "sr": np.array(16000, np.int64)}
+    r = tune(model, feeds=feeds, freeze={"sr": feeds["sr"]}, budget_s=3, min_time_s=0.05,
+             shapes={"serving_default_input_2:0": [1, 8, 8, 3]})
+    d = r.as_dict()["best"]
+    assert d["frozen"] == ({"sr": 16000} if r.best.passes else {})
+    built = tuned_model(model, r, shapes={"serving_default_input_2:0": [1, 8, 8, 3]}, freeze={"sr": feeds["sr"]})
+    assert ("sr" in [i.name for i in built.graph.input]) == (not r.best.passes)

@@ -48,3 +48,14 @@ def test_isolated_verification_survives_a_model_that_allocates_gigabytes(monkeyp
     v = V.verify(m, m, isolated=True, feeds={"x": np.zeros(1, np.float32)})
     assert not v.ok and v.error
     assert "memory" in v.error.lower() or "allocate" in v.error.lower(), v.error
+
+
+def test_a_crashed_worker_is_named_not_called_out_of_memory(tmp_path, monkeypatch):
+    """A model that crashes onnxruntime kills only the child, and the sentence says it crashed."""
+    from fusionviz import verify
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(verify.sys, "executable", str(fake))
+    assert verify.ort_error_isolated(b"not read", "all") == "onnxruntime crashed (SIGSEGV)"

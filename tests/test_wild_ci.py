@@ -61,3 +61,29 @@ def test_ci_subset_covers_the_hard_cases():
     tags = {t for e in CI for t in e.tags}
     assert {"if", "paddle", "tf2onnx", "scalar_input"} <= tags
     assert set(EACH_PASS_ON) <= {e.name for e in CI}
+
+
+def test_fixed_shapes_keep_the_model_loadable_at_onnxruntime_default_level():
+    """silero's If picks a branch by the sample rate's value. With the input shapes fixed, the
+    8 kHz branch cannot run on 16 kHz frames, and onnxruntime's level all (its default) refuses
+    the model: the pipeline keeps the model's own dims and says why. Freezing the rate folds
+    the If, and then the shapes can stay fixed."""
+    from fusionviz.passes import run_pipeline, validity
+
+    proto, plan = _model("silero_vad_v6")
+    shapes = plan.shapes()
+    result = run_pipeline(proto, registry.default_passes(), shapes=shapes, keep_snapshots=False)
+    assert result.notes and "onnxruntime (level all) refuses" in result.notes[0]
+    assert validity.ort_error_at_all(result.final) is None
+    frozen = run_pipeline(proto, registry.default_passes(), shapes=shapes, freeze={"sr": plan.feeds("normal")["sr"]},
+                          keep_snapshots=False)
+    assert not frozen.notes
+    assert [i.name for i in frozen.final.graph.input] == ["input", "state"]
+    assert not validity.has_subgraphs(frozen.final)
+    assert validity.ort_error_at_all(frozen.final) is None
+
+
+def test_audit_with_fixed_shapes_is_held_to_the_users_model():
+    proto, plan = _model("silero_vad_v6")
+    cell = audit(proto, "silero_vad_v6", "all", registry.default_passes(), plan, shapes=plan.shapes())
+    assert cell.status == "ok", cell.detail

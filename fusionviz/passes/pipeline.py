@@ -152,7 +152,7 @@ def freeze_inputs(model: ir.Model, values: Mapping[str, np.ndarray]) -> None:
             arr = arr.astype(v.dtype.numpy())
         if v.shape is not None:
             dims = list(v.shape)
-            if len(dims) != arr.ndim or any(isinstance(d, int) and d != n for d, n in zip(dims, arr.shape)):
+            if len(dims) != arr.ndim or any(isinstance(d, int) and d != n for d, n in zip(dims, arr.shape, strict=False)):
                 raise errors.InputSpecError(f"--freeze {name}: a value of shape {list(arr.shape)} does not fit the "
                                             f"input's shape {[d if isinstance(d, int) else str(d) for d in dims]}.")
         model.graph.inputs.remove(v)
