@@ -399,15 +399,6 @@ def probe(model: onnx.ModelProto, plan: InputPlan, *, isolated: bool = True) -> 
         f"The model does not run on the inputs fusionviz chose ({chosen}): {err[:200]}; {hint}.")
 
 
-def ort_error_isolated(model: bytes, level: str) -> str | None:
-    """:func:`fusionviz.passes.validity.ort_error` in a child process: a model that crashes
-    onnxruntime while it builds the session is an error sentence, not a dead parent."""
-    try:
-        return _child(("load", model, level))
-    except errors.RuntimeLoadError as exc:
-        return str(exc).replace("onnxruntime could not run the model for verification: ", "")
-
-
 def _child(payload: tuple):
     """Run ``payload`` in ``python -m fusionviz.verify_worker`` under the memory and time caps."""
     data = pickle.dumps((payload, VERIFY_MEM_MB))

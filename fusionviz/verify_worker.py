@@ -6,9 +6,7 @@ user), caps its address space, and runs the payload with onnxruntime's optimizer
 - ``("verify", model_a, model_b, sets)``: both models on every input set
   (:func:`fusionviz.verify.run_sets_here`);
 - ``("probe", model, candidates)``: the first candidate feeds the model runs on
-  (:func:`fusionviz.verify.probe_here`);
-- ``("load", model, level)``: why onnxruntime cannot create a session at ``level``, or None
-  (:func:`fusionviz.passes.validity.ort_error`).
+  (:func:`fusionviz.verify.probe_here`).
 
 Writes a pickled ``("ok", result)`` or ``("error", message)`` to stdout. A model that
 allocates gigabytes kills only this process.
@@ -32,10 +30,6 @@ def main() -> int:
     try:
         if payload[0] == "verify":
             result = ("ok", run_sets_here(payload[1], payload[2], payload[3]))
-        elif payload[0] == "load":
-            from fusionviz.passes.validity import ort_error
-
-            result = ("ok", ort_error(payload[1], payload[2]))
         else:
             result = ("ok", probe_here(payload[1], payload[2]))
     except errors.FusionvizError as exc:

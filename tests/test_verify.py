@@ -6,7 +6,9 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 import onnx.parser
+import pytest
 
+from fusionviz import errors
 from fusionviz import verify as V
 
 ADD = """
@@ -52,10 +54,15 @@ def test_isolated_verification_survives_a_model_that_allocates_gigabytes(monkeyp
 
 def test_a_crashed_worker_is_named_not_called_out_of_memory(tmp_path, monkeypatch):
     """A model that crashes onnxruntime kills only the child, and the sentence says it crashed."""
+    import sys
+
     from fusionviz import verify
+    from fusionviz.passes import validity
 
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\nkill -SEGV $$\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(verify.sys, "executable", str(fake))
-    assert verify.ort_error_isolated(b"not read", "all") == "onnxruntime crashed (SIGSEGV)"
+    monkeypatch.setattr(sys, "executable", str(fake))
+    with pytest.raises(errors.RuntimeLoadError, match=r"onnxruntime crashed \(SIGSEGV\)"):
+        verify._child(("verify", b"", b"", []))
+    assert validity.ort_error_at_all(b"a model no real child ever sees") == "onnxruntime crashed (SIGSEGV)"
