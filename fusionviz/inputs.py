@@ -360,6 +360,34 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [i for i in model.graph.input if i.name not in inits]
 
 
+def if_switches(model: onnx.ModelProto, *, hops: int = 4) -> list[str]:
+    """Scalar graph inputs an ``If`` of the main graph picks its branch by (within ``hops``
+    nodes of its condition): silero's sample rate. Freezing one (``--freeze NAME=VALUE``) lets
+    the If fold to one branch, which compilers that cannot convert the If then accept."""
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    scalars = {vi.name for vi in graph_inputs(model)
+               if (dims := declared_dims(vi)) is not None and all(d == 1 for d in dims)
+               and vi.type.tensor_type.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                                                          onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)}
+    found: list[str] = []
+    for node in model.graph.node:
+        if node.op_type != "If" or not node.input:
+            continue
+        frontier, seen = [node.input[0]], set()
+        for _ in range(hops + 1):
+            nxt = []
+            for name in frontier:
+                if name in seen:
+                    continue
+                seen.add(name)
+                if name in scalars and name not in found:
+                    found.append(name)
+                if name in producer:
+                    nxt.extend(i for i in producer[name].input if i)
+            frontier = nxt
+    return found
+
+
 def declared_dims(vi: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
     """Declared dims: ints where fixed, the symbolic name (or None) where free; None: no shape."""
     tt = vi.type.tensor_type

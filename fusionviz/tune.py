@@ -384,7 +384,7 @@ def tune(
         out = measure(cand)
         if not any(s.median_ms is not None for s in out[1:]):
             failed = next((s.note for s in out[1:] if s.note), "no variant ran")
-            notes[backend] = f"{TITLES.get(backend, backend)}: {failed}"
+            notes[backend] = f"{TITLES.get(backend, backend)}: {failed}" + _freeze_hint(model, freeze)
             say(f"tune: {notes[backend]}")
         return out
 
@@ -472,6 +472,19 @@ def tune(
                       budget_s, inactive, exhausted, confirmation=tuple(confirmation), candidate=candidate,
                       backends=usable, backend_notes=dict(notes), recommendation=recommendation,
                       frozen={k: np.asarray(v).tolist() for k, v in (freeze or {}).items()})
+
+
+def _freeze_hint(model: onnx.ModelProto, freeze: Mapping[str, np.ndarray] | None) -> str:
+    """For a backend that could not compile the model: the inputs an If switches on, which
+    ``--freeze`` could make constants (the If then folds away)."""
+    from fusionviz.inputs import if_switches
+
+    names = [n for n in if_switches(model) if n not in (freeze or {})]
+    if not names:
+        return ""
+    flags = " ".join(f"--freeze {n}=VALUE" for n in names)
+    return (f" (an If picks its branch by {', '.join(repr(n) for n in names)}; {flags} specializes the "
+            "model to one value and folds the If away)")
 
 
 def _confirm(candidate: TuneConfig, singles: Sequence[str], build, bench, seconds: float) -> list[Confirmed]:

@@ -164,3 +164,13 @@ def test_tune_with_freeze_says_what_it_froze(tf_model, capsys):
     assert d["frozen"] == ({"sr": 16000} if r.best.passes else {})
     built = tuned_model(model, r, shapes={"serving_default_input_2:0": [1, 8, 8, 3]}, freeze={"sr": feeds["sr"]})
     assert ("sr" in [i.name for i in built.graph.input]) == (not r.best.passes)
+
+
+def test_if_switches_names_the_scalar_an_if_picks_its_branch_by(tf_model):
+    from fusionviz.inputs import if_switches
+    from fusionviz.tune import _freeze_hint
+
+    model = onnx.load(str(tf_model))
+    assert if_switches(model) == ["sr"]
+    assert "--freeze sr=VALUE" in _freeze_hint(model, None)
+    assert _freeze_hint(model, {"sr": np.array(16000)}) == ""

@@ -203,7 +203,8 @@ def _extend(sha: str, passes: tuple[str, ...], shapes: tuple, proto: onnx.ModelP
     out = base
     for i in range(len(reports)):
         out = PipelineResult(snapshots=base.snapshots + snaps[: i + 1], reports=base.reports + reports[: i + 1],
-                             seconds=base.seconds + sum(r.seconds for r in step.reports[: i + 1]))
+                             seconds=base.seconds + sum(r.seconds for r in step.reports[: i + 1]),
+                             notes=base.notes + step.notes)
         PIPELINES.put((sha, passes[: k + i + 1], shapes), out)
     return out
 

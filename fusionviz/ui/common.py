@@ -300,7 +300,7 @@ def build_report(loaded: Any, result: Any, verify_result: Any = None, bench: dic
     command = report.cli_command(cli_model_arg(loaded), names, shapes=state.pipeline_shapes(plan),
                                  values=dict(inputs.spec.values), inputs_file=data["label"] if data else None,
                                  output=export_name(loaded))
-    notes = [f"inputs: {inputs.error}"] if inputs.error else []
+    notes = ([f"inputs: {inputs.error}"] if inputs.error else []) + list(getattr(result, "notes", ()))
     ctx = (bench or {}).get("context") or {}
     return report.build(
         model_name=loaded.name, sha256=loaded.sha256, source=state.source_words(), passes=result.reports,

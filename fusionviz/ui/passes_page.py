@@ -235,6 +235,8 @@ def _status_summary(result: Any) -> None:
     """Declined and failed passes, named above the list (they matter without opening it)."""
     declined = [r for r in result.reports if r.status == "declined"]
     failed = [r for r in result.reports if r.status == "failed"]
+    for note in getattr(result, "notes", ()):
+        st.info(state.scrub(note), icon=":material/info:")
     for r in declined:
         st.warning(f"**{r.title}** (`{r.name}`) was declined and rolled back: {state.scrub(r.declined)}. "
                    "The other passes went on.", icon=":material/undo:")
