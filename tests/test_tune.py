@@ -193,6 +193,35 @@ def test_a_winner_slower_in_the_confirmation_gives_way_to_the_best_single_backen
     assert "recommending that" in result.recommendation
 
 
+def test_a_winner_within_the_margin_of_a_single_backend_gives_way_to_it(monkeypatch):
+    """OpenVINO with flush-to-zero 1% faster than OpenVINO alone is noise: the plain backend wins."""
+    from fusionviz.tune import CONFIRM_MARGIN
+
+    def cost(call, backend, passes, settings):
+        if backend == "openvino":
+            return 7.0 * (1 - CONFIRM_MARGIN / 2) if settings.denormal_as_zero else 7.0
+        return 10.0
+
+    run, calls = _by_backend(cost)
+    monkeypatch.setattr(bench, "run_benchmark", run)
+    monkeypatch.setattr("fusionviz.tune.available_backends", lambda names: (("ort", "openvino"), {}))
+    result = tune(_tiny(), budget_s=1000, min_time_s=0.01, backends=("ort", "openvino"))
+    assert result.candidate is not None and result.candidate.denormal_as_zero
+    assert result.best == bench_single("openvino")
+    assert "within 2%" in result.recommendation
+
+
+def test_another_backend_within_the_margin_of_onnxruntime_is_not_recommended(monkeypatch):
+    def cost(call, backend, passes, settings):
+        return 9.95 if backend == "openvino" else 10.0
+
+    run, calls = _by_backend(cost)
+    monkeypatch.setattr(bench, "run_benchmark", run)
+    monkeypatch.setattr("fusionviz.tune.available_backends", lambda names: (("ort", "openvino"), {}))
+    result = tune(_tiny(), budget_s=1000, min_time_s=0.01, backends=("ort", "openvino"))
+    assert result.best.backend == "ort" and result.best.passes == () and result.best.level == "all"
+
+
 def bench_single(backend):
     from fusionviz.tune import TuneConfig
 
