@@ -13,7 +13,7 @@ signature. Checked against a :class:`Baseline` taken from the model the pass sta
    default level (all), in a child process. Level all matters on its own there: its constant
    folding makes shapes concrete inside every branch, and a branch that cannot run with fixed
    input shapes (silero's 8 kHz path fed 16 kHz frames) fails type inference, or crashes
-   onnxruntime 1.2x, while the same model loads with optimizations off. The child keeps such
+   onnxruntime 1.32, while the same model loads with optimizations off. The child keeps such
    a crash from taking the app with it; models without control flow skip it (a session at
    level all costs up to 0.2 s, and a child process more).
 
