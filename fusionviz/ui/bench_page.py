@@ -73,6 +73,7 @@ class Plan:
     denormal: bool
     min_time_s: float
     profile: bool
+    backends: tuple[str, ...] = ()  # compilers besides onnxruntime: the original and the selection on each
 
 
 def current_label(passes: list[str]) -> str:
@@ -108,6 +109,14 @@ def build_variants(plan: Plan, proto: Any, passes: list[str], result: Any, shape
         add(Variant(current_label(passes), result.final, settings, tuple(passes)))
     if plan.original:
         add(Variant("original", result.original, settings, ()))
+    for backend in plan.backends:  # same models, compiled by another runtime (its own full pipeline)
+        from fusionviz.backends.registry import TITLES
+
+        on = dataclasses.replace(settings, backend=backend, level="all")
+        if plan.current and passes:
+            add(Variant(f"{current_label(passes)} @{TITLES.get(backend, backend)}", result.final, on, tuple(passes)))
+        if plan.original or not passes:
+            add(Variant(f"original @{TITLES.get(backend, backend)}", result.original, on, ()))
     if plan.reference:
         if plan.level == REFERENCE_LEVEL and plan.original:
             notes["reference"] = f"the original already runs under level '{REFERENCE_LEVEL}' in this run"
@@ -183,7 +192,7 @@ def _worker(job: BenchJob, plan: Plan, proto: Any, passes: list[str], result: An
 
 
 def _tune_worker(job: BenchJob, proto: Any, shapes: dict, budget_s: float, min_time_s: float,
-                 feeds: dict | None = None) -> None:
+                 feeds: dict | None = None, backends: tuple[str, ...] = ()) -> None:
     from fusionviz import tune
 
     def progress(msg: str) -> None:
@@ -192,7 +201,7 @@ def _tune_worker(job: BenchJob, proto: Any, shapes: dict, budget_s: float, min_t
 
     try:
         job.results = tune.tune(proto, shapes=shapes or None, feeds=feeds, budget_s=budget_s, min_time_s=min_time_s,
-                                progress=progress)
+                                backends=("ort", *backends), progress=progress)
     except errors.FusionvizError as exc:
         job.error = str(exc)
     except Exception:  # noqa: BLE001 - the app must stay up
@@ -249,8 +258,25 @@ def _form(n_passes: int) -> Plan:
     min_time = s[3].slider("Seconds per variant", 0.2, 10.0, step=0.2, **state.keep("bench_min_time", 1.0))
     denormal = s[4].checkbox("Denormals as zero", **state.keep("bench_denormal", False))
     profile = s[4].checkbox("Profile by op type", **state.keep("bench_profile", False))
+    backends = _backend_choice("bench_backends",
+                               "The original and the current selection, also compiled by each chosen runtime "
+                               "(its own optimizer, flush-to-zero as set here), in the same interleaved run. TVM untuned is "
+                               "tens of times slower than onnxruntime on a CPU.")
     return Plan(current, original, reference, levels, refs, cum, loo, level, int(threads), provider, denormal,
-                float(min_time), profile)
+                float(min_time), profile, backends)
+
+
+def _backend_choice(key: str, help_text: str) -> tuple[str, ...]:
+    """Compilers besides onnxruntime to measure on, from the ones usable here (the others are
+    listed with the reason they are not)."""
+    from fusionviz.backends.registry import TITLES
+
+    usable, missing = cache.backend_availability()
+    picked = st.multiselect("Also on other runtimes", [b for b in usable if b != "ort"], format_func=lambda b: TITLES.get(b, b),
+                            **state.keep(key, []), help=help_text)
+    if missing:
+        st.caption("Not available here: " + "; ".join(f"{TITLES.get(b, b)} ({why})" for b, why in missing.items()))
+    return tuple(picked)
 
 
 def _start(plan: Plan, loaded: Any, result: Any) -> None:
@@ -452,11 +478,18 @@ def _downloads(loaded: Any, bench: dict | None) -> None:
 
 
 def _apply_tune(res: Any) -> None:
+    from fusionviz.backends.registry import TITLES
+
     state.set_passes(list(res.best.passes))
-    st.session_state.setdefault(state.WIDGETS, {})["bench_level"] = res.best.level
-    st.session_state.setdefault(state.WIDGETS, {})["bench_denormal"] = bool(res.best.denormal_as_zero)
-    st.session_state[state.MESSAGE] = (f"Auto what-if winner applied: {len(res.best.passes)} passes; "
-                                       f"benchmark level set to '{res.best.level}'.")
+    widgets = st.session_state.setdefault(state.WIDGETS, {})
+    widgets["bench_denormal"] = bool(res.best.denormal_as_zero)
+    if res.best.backend == "ort":
+        widgets["bench_level"] = res.best.level
+        where = f"benchmark level set to '{res.best.level}'"
+    else:
+        widgets["bench_backends"] = [res.best.backend]
+        where = f"the benchmark also runs on {TITLES.get(res.best.backend, res.best.backend)}"
+    st.session_state[state.MESSAGE] = f"Auto what-if winner applied: {len(res.best.passes)} passes; {where}."
 
 
 def _tune(loaded: Any, busy: bool) -> None:
@@ -467,7 +500,9 @@ def _tune(loaded: Any, busy: bool) -> None:
     with st.expander("Auto what-if: search for the fastest variant that still verifies",
                      expanded=bool(st.session_state.get("fv_tune_open"))):
         st.caption("Starts from every exact pass, greedily drops any pass whose removal is faster, then "
-                   "tries each onnxruntime level (and denormals-as-zero); only verified variants can win.")
+                   "tries each onnxruntime level (and denormals-as-zero) and each chosen runtime; only verified "
+                   "variants can win, and the winner is measured again against each runtime alone.")
+        backends = _backend_choice("tune_backends", "Runtimes the search may recommend besides onnxruntime.")
         c = st.columns([2, 2, 1])
         budget = c[0].slider("Time budget (s)", 20, 600, step=10, **state.keep("tune_budget", 120))
         per = c[1].slider("Seconds per variant", 0.2, 3.0, step=0.1, **state.keep("tune_min_time", 0.5))
@@ -476,7 +511,7 @@ def _tune(loaded: Any, busy: bool) -> None:
             job.context = {"sha256": loaded.sha256}
             job.thread = threading.Thread(target=_tune_worker, args=(job, loaded.proto, state.shapes(),
                                                                       float(budget), float(per),
-                                                                      bench_feeds(loaded)),
+                                                                      bench_feeds(loaded), backends),
                                           name="fusionviz-tune", daemon=True)
             st.session_state[state.BENCH_JOB] = job
             job.thread.start()
@@ -487,6 +522,10 @@ def _tune(loaded: Any, busy: bool) -> None:
         res = saved["result"]
         st.success(f"Winner: {res.best.label()} — {res.best_ms:.2f} ms vs the original under ORT all "
                    f"{res.baseline_ms:.2f} ms ({res.speedup:.2f}× faster), verified.")
+        if res.recommendation:
+            st.caption(res.recommendation)
+        for note in res.backend_notes.values():
+            st.warning(note)
         steps = pd.DataFrame([s.as_dict() for s in res.steps])
         if not steps.empty:
             steps = steps[["phase", "label", "median_ms", "verified", "chosen", "note"]]

@@ -26,6 +26,7 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -432,3 +433,12 @@ def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tupl
                 logger.debug("prefetch of %s failed", sel, exc_info=True)
 
     threading.Thread(target=work, name="fusionviz-prefetch", daemon=True).start()
+
+
+@functools.lru_cache(maxsize=1)
+def backend_availability() -> tuple[tuple[str, ...], dict[str, str]]:
+    """(backends usable here, {backend: why not}) — each backend's import is tried once per server."""
+    from fusionviz.backends.registry import availability
+
+    got = availability()
+    return tuple(b for b, why in got.items() if why is None), {b: why for b, why in got.items() if why}

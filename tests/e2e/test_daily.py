@@ -169,6 +169,24 @@ def test_benchmark_compares_with_onnxruntime_level_all_by_default(server, page):
     screenshot(page, "daily_bench_per_pass", full_page=True)
 
 
+def test_benchmark_also_on_openvino_in_the_browser(server, page):
+    pytest.importorskip("openvino")
+    page.goto(server + "/bench?sample=textbook&passes=identity_elimination,fold_batchnorm")
+    _heading(page, "Benchmark").wait_for()
+    wait_idle(page)
+    page.locator(".st-key-bench_backends").click()
+    page.get_by_role("option", name="OpenVINO").click()
+    page.keyboard.press("Escape")
+    wait_idle(page)
+    page.get_by_role("button", name="Run benchmark").click()
+    page.get_by_role("tab", name="Per pass").wait_for(timeout=240_000)
+    wait_idle(page, 240)
+    latency = page.locator('[data-testid="stPlotlyChart"]').first.text_content()
+    assert "original @OpenVINO" in latency and "@OpenVINO" in latency.replace("original @OpenVINO", "")
+    assert_clean(page)
+    screenshot(page, "daily_bench_openvino", full_page=True)
+
+
 def test_report_downloads_parse(server, page, tmp_path):
     page.goto(server + "/passes?sample=textbook&passes=identity_elimination,dropout_elimination")
     _heading(page, PAGES["passes"]).wait_for()

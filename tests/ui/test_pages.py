@@ -205,6 +205,43 @@ def test_benchmark_short_run_gives_results_table_and_downloads(app):
     assert {"dl_json", "dl_md", "dl_model"} <= {d.key for d in app.get("download_button")}
 
 
+@pytest.mark.slow
+def test_benchmark_also_on_openvino_times_both_runtimes_in_one_run(app):
+    pytest.importorskip("openvino")
+    _open_textbook(app)
+    goto(app, "bench")
+    app.slider(key="bench_min_time").set_value(0.2).run()
+    app.checkbox(key="bench_v_reference").uncheck().run()
+    app.multiselect(key="bench_backends").set_value(["openvino"]).run()
+    app.button(key="bench_run").click().run(timeout=180)
+    assert not app.exception
+    bench = app.session_state[state.BENCH]
+    assert bench is not None, errors_of(app)
+    by = {r.label: r for r in bench["results"]}
+    assert {"original", "original @OpenVINO"} <= set(by)
+    assert any(k.startswith("current") and k.endswith("@OpenVINO") for k in by)
+    assert by["original @OpenVINO"].settings.backend == "openvino"
+    assert by["original @OpenVINO"].stats is not None and by["original @OpenVINO"].verify["ok"]
+
+
+def test_tune_winner_on_another_backend_is_applied_as_that_backend(app):
+    from fusionviz.tune import TuneConfig, TuneResult, TuneStep
+
+    best = TuneConfig(passes=(), backend="openvino")
+    res = TuneResult(best=best, best_ms=1.0, baseline_ms=1.5, steps=(TuneStep("backend openvino", best, 1.0, True),),
+                     seconds=3.0, budget_s=20.0, inactive_passes=(), budget_exhausted=False,
+                     recommendation="confirmed: 0 passes @ OpenVINO runs at x0.667")
+    _open_textbook(app)
+    app.session_state["fv_tune"] = {"result": res, "sha256": app.session_state[state.MODEL].sha256}
+    app.session_state["fv_tune_open"] = True
+    goto(app, "bench")
+    assert any("confirmed: 0 passes @ OpenVINO" in c.value for c in app.caption)
+    app.button(key="tune_apply").click().run()
+    assert app.session_state[state.WIDGETS]["bench_backends"] == ["openvino"]
+    assert "bench_level" not in app.session_state[state.WIDGETS] or \
+        app.session_state[state.WIDGETS]["bench_level"] is not None
+
+
 # ------------------------------------------------------------------ learn page
 
 
