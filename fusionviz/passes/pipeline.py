@@ -119,13 +119,20 @@ class PipelineResult:
         }
 
 
-def fix_input_shapes(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> None:
-    """Replace symbolic input dims with the given concrete ones (like onnxsim's overwrite_input_shapes)."""
+def _named_inputs(model: ir.Model, names: Sequence[str], flag: str) -> dict[str, ir.Value]:
+    """The graph inputs ``names`` name; a name that is not one is ``flag``'s one-line error."""
     by_name = {v.name: v for v in model.graph.inputs}
-    for name, dims in shapes.items():
+    for name in names:
         if name not in by_name:
             known = ", ".join(sorted(by_name)) or "none"
-            raise errors.InputSpecError(f"--shape names input '{name}', but the model's inputs are: {known}.")
+            raise errors.InputSpecError(f"{flag} names input '{name}', but the model's inputs are: {known}.")
+    return by_name
+
+
+def fix_input_shapes(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> None:
+    """Replace symbolic input dims with the given concrete ones (like onnxsim's overwrite_input_shapes)."""
+    by_name = _named_inputs(model, list(shapes), "--shape")
+    for name, dims in shapes.items():
         v = by_name[name]
         if v.shape is not None and len(v.shape) != len(dims):
             raise errors.InputSpecError(
@@ -141,11 +148,8 @@ def freeze_inputs(model: ir.Model, values: Mapping[str, np.ndarray]) -> None:
     on them (an ``If`` on a sample rate becomes the branch for that rate). The value must have
     the input's element type and fit its declared shape.
     """
-    by_name = {v.name: v for v in model.graph.inputs}
+    by_name = _named_inputs(model, list(values), "--freeze")
     for name, value in values.items():
-        if name not in by_name:
-            known = ", ".join(sorted(by_name)) or "none"
-            raise errors.InputSpecError(f"--freeze names input '{name}', but the model's inputs are: {known}.")
         v = by_name[name]
         arr = np.asarray(value)
         if v.dtype is not None and arr.dtype != v.dtype.numpy():
