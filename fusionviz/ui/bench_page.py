@@ -109,9 +109,9 @@ def build_variants(plan: Plan, proto: Any, passes: list[str], result: Any, shape
         add(Variant(current_label(passes), result.final, settings, tuple(passes)))
     if plan.original:
         add(Variant("original", result.original, settings, ()))
-    for backend in plan.backends:  # same models, compiled by another runtime (its own full pipeline)
-        from fusionviz.backends.registry import TITLES
+    from fusionviz.backends.registry import TITLES
 
+    for backend in plan.backends:  # same models, compiled by another runtime (its own full pipeline)
         on = dataclasses.replace(settings, backend=backend, level="all")
         if plan.current and passes:
             add(Variant(f"{current_label(passes)} @{TITLES.get(backend, backend)}", result.final, on, tuple(passes)))

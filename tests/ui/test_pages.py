@@ -231,10 +231,7 @@ def test_tune_winner_on_another_backend_is_applied_as_that_backend(app):
     res = TuneResult(best=best, best_ms=1.0, baseline_ms=1.5, steps=(TuneStep("backend openvino", best, 1.0, True),),
                      seconds=3.0, budget_s=20.0, inactive_passes=(), budget_exhausted=False,
                      recommendation="confirmed: 0 passes @ OpenVINO runs at x0.667")
-    _open_textbook(app)
-    app.session_state["fv_tune"] = {"result": res, "sha256": app.session_state[state.MODEL].sha256}
-    app.session_state["fv_tune_open"] = True
-    goto(app, "bench")
+    _show_tune(app, res)
     assert any("confirmed: 0 passes @ OpenVINO" in c.value for c in app.caption)
     app.button(key="tune_apply").click().run()
     assert app.session_state[state.WIDGETS]["bench_backends"] == ["openvino"]
@@ -318,6 +315,14 @@ def test_graph_page_shows_onnxruntime_own_graph(app):
     assert any("onnxruntime itself produces" in m.value for m in app.markdown)
 
 
+def _show_tune(app, res) -> None:
+    """The Benchmark page with ``res`` as the textbook model's auto what-if result."""
+    _open_textbook(app)
+    app.session_state["fv_tune"] = {"result": res, "sha256": app.session_state[state.MODEL].sha256}
+    app.session_state["fv_tune_open"] = True
+    goto(app, "bench")
+
+
 def test_tune_result_is_shown_and_applied(app):
     from fusionviz.tune import TuneConfig, TuneResult, TuneStep
 
@@ -325,10 +330,7 @@ def test_tune_result_is_shown_and_applied(app):
     res = TuneResult(best=best, best_ms=1.0, baseline_ms=1.5,
                      steps=(TuneStep("start", best, 1.2, True), TuneStep("level", best, 1.0, True, chosen=True)),
                      seconds=3.0, budget_s=20.0, inactive_passes=(), budget_exhausted=False)
-    _open_textbook(app)
-    app.session_state["fv_tune"] = {"result": res, "sha256": app.session_state[state.MODEL].sha256}
-    app.session_state["fv_tune_open"] = True
-    goto(app, "bench")
+    _show_tune(app, res)
     assert any("1.50× faster" in s.value for s in app.success)
     app.button(key="tune_apply").click().run()
     assert app.session_state[state.PASSES] == ["identity_elimination"]
