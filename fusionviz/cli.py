@@ -20,6 +20,8 @@ COMMANDS = (
     "info",
     "optimize",
     "render",
+    "diff",
+    "explain",
     "bench",
     "tune",
     "sweep",

@@ -115,6 +115,12 @@ def pattern_ops(target: object | None) -> tuple[str | None, frozenset[str]]:
     return root, frozenset(ops)
 
 
+def pattern_size(target: object | None) -> int:
+    """How many nodes a rule's target pattern has (0 when it cannot be read)."""
+    count = getattr(target, "num_nodes", None)
+    return int(count()) if callable(count) else len(pattern_ops(target)[1])
+
+
 PatternTree = tuple  # (op type, ((input index, PatternTree), ...))
 
 
@@ -149,12 +155,15 @@ def _op_name(node_pattern: object) -> str | None:
 # --------------------------------------------------------------------------- 4. rule copies
 
 
-def with_matcher(rule: orp.RewriteRule, matcher: Callable[[object], orp.PatternMatcher]) -> orp.RewriteRule:
-    """A copy of ``rule`` whose target pattern is matched by ``matcher(pattern)``."""
+def with_matcher(rule: orp.RewriteRule, matcher: Callable[[object], orp.PatternMatcher],
+                 condition: Callable[[Callable], Callable] | None = None) -> orp.RewriteRule:
+    """A copy of ``rule`` whose target pattern is matched by ``matcher(pattern)``, its condition
+    function wrapped by ``condition`` when given (``condition(original) -> function``)."""
+    cond = rule._condition_function
     return orp.RewriteRule(
         rule._target_pattern,
         rule._replacement_pattern,
-        rule._condition_function,
+        condition(cond) if condition is not None else cond,
         matcher(rule._target_pattern),
         rule._verbose,
         rule.name,

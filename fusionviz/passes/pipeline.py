@@ -28,8 +28,9 @@ import onnx
 import onnx_ir as ir
 
 from fusionviz import errors
-from fusionviz.passes import registry, validity
+from fusionviz.passes import nearmiss, registry, validity
 from fusionviz.passes.base import Change, Pass, PostconditionError, PreconditionError
+from fusionviz.passes.nearmiss import NearMiss
 from fusionviz.passes.provenance import ensure_unique_names
 from fusionviz.passes.walk import all_nodes, count_nodes
 
@@ -48,6 +49,8 @@ class PassReport:
     note: str = ""  # e.g. why the pass was skipped without running
     declined: str | None = None  # the validity rule its result broke (the pass was rolled back)
     after: tuple[str, ...] = ()  # the passes that ran before it (names a failure's context)
+    near_misses: tuple[NearMiss, ...] = ()  # where it almost changed something, and why not
+    near_miss_total: int = 0  # how many sites there were (near_misses keeps the deepest)
 
     @property
     def status(self) -> str:
@@ -73,6 +76,8 @@ class PassReport:
             "declined": self.declined,
             "after": list(self.after),
             "note": self.note,
+            "near_misses": [m.as_dict() for m in self.near_misses],
+            "near_miss_total": self.near_miss_total,
         }
 
 
@@ -300,12 +305,16 @@ def run_pipeline(
             continue
         error = declined = None
         changes: list[Change] = []
+        near: tuple[NearMiss, ...] = ()
+        near_total = 0
         try:
             if p.needs_shapes and not shapes_fresh:
                 work = infer_shapes(work)
                 shapes_fresh = True
                 inferred = _values_by_id(work)
-            work, changes = p.apply(work)
+            with nearmiss.recording() as recorder:
+                work, changes = p.apply(work)
+            near, near_total = recorder.result({n.name for n in all_nodes(work)})
         except PreconditionError as exc:  # nothing was changed: skipped, with the reason
             reports.append(PassReport(p.name, p.title, (), n0, n0, time.perf_counter() - t, note=str(exc)))
             snapshots.append(Snapshot(p.name, snapshots[-1].model, n0))
@@ -348,8 +357,11 @@ def run_pipeline(
         else:
             proto = snapshots[-1].model  # unchanged: share the previous snapshot (read-only)
         n1 = count_nodes(work)
+        if error is not None or declined:
+            near, near_total = (), 0
         reports.append(PassReport(p.name, p.title, tuple(changes), n0, n1, dt, error,
-                                  declined=declined, after=tuple(r.name for r in reports)))
+                                  declined=declined, after=tuple(r.name for r in reports),
+                                  near_misses=near, near_miss_total=near_total))
         snapshots.append(Snapshot(p.name, proto, n1))
     if not keep_snapshots:
         last = snapshots[-1]

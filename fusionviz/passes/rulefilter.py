@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 import onnx_ir as ir
 from onnxscript.rewriter import pattern as orp
 
-from fusionviz.passes import _compat
+from fusionviz.passes import _compat, nearmiss
 from fusionviz.passes.walk import all_nodes
 
 #: Serializes rule matching (see the module docstring); re-entrant for nested rule sets.
@@ -53,17 +53,34 @@ def required_ops(rule: orp.RewriteRule) -> frozenset[str]:
     return ops
 
 
+#: patterns of at most this many nodes report a node standing between two of their ops
+SMALL_PATTERN = 3
+
+
+def near_threshold(size: int) -> int:
+    """Matched nodes from which a structural failure is a near miss (nearmiss rule 2)."""
+    return max(2, (size + 1) // 2)
+
+
 class RootCheckedMatcher(orp.SimplePatternMatcher):
     """onnxscript's matcher, refusing first a node whose op type is not the pattern's root, or
     whose inputs are not made by the ops the pattern's root reads (one look at each producer:
     of the 2^k commuted copies of a rule, this turns away all but the one whose operand order
     fits, before the generic matcher starts)."""
 
+    #: the rule this matcher serves (set by :func:`_root_checked`; names its near misses)
+    rule_name = ""
+
     def __init__(self, pattern) -> None:
         super().__init__(pattern)
         tree = _compat.pattern_tree(pattern, depth=1)
         self._root = tree[0] if tree else None
         self._inputs = tuple((i, sub[0]) for i, sub in tree[1]) if tree else ()
+        size = _compat.pattern_size(pattern)
+        #: a structural failure is a near miss from this many matched nodes on (nearmiss rule 2)
+        self._near = near_threshold(size)
+        #: a two- or three-node pattern: one wrong producer may be a node standing in between
+        self._small = size <= SMALL_PATTERN
 
     def match(self, model, graph_or_function, node, *, verbose=0, remove_nodes=True, tracer=None):
         if self._root is not None and node.op_type != self._root:
@@ -73,16 +90,46 @@ class RootCheckedMatcher(orp.SimplePatternMatcher):
             if i < len(inputs):
                 producer = inputs[i].producer() if inputs[i] is not None else None
                 if producer is None or producer.op_type != op:
+                    if producer is not None and self._small and nearmiss.active():
+                        nearmiss.between(self.rule_name, node, producer, op)
                     return orp.MatchResult().fail(f"input {i} is not made by {op}")
-        return super().match(model, graph_or_function, node, verbose=verbose, remove_nodes=remove_nodes,
-                             tracer=tracer)
+        result = super().match(model, graph_or_function, node, verbose=verbose, remove_nodes=remove_nodes,
+                               tracer=tracer)
+        if not result and nearmiss.active() and len(result.nodes) >= self._near:
+            nearmiss.from_match(self.rule_name, node, result.nodes, result.reason,
+                                result.failure_nodes_and_values, condition=False)
+        return result
+
+
+def _recording_condition(rule_name: str):
+    """Wraps a rule's condition function so that a failed check is reported (nearmiss rule 2)."""
+
+    def wrap(condition):
+        def checked(context, **bindings):
+            result = condition(context, **bindings)
+            if not result and nearmiss.active():
+                reason = getattr(result, "reason", "") or ""
+                sources = getattr(result, "failure_nodes_and_values", ()) or ()
+                nearmiss.from_match(rule_name, context.root, context.nodes, reason, sources, condition=True)
+            return result
+
+        return checked
+
+    return wrap
 
 
 def _root_checked(rule: orp.RewriteRule) -> orp.RewriteRule:
     """``rule`` matched by :class:`RootCheckedMatcher` (one copy per rule, reused)."""
     checked = _CHECKED.get(rule)
     if checked is None:
-        checked = _CHECKED[rule] = _compat.with_matcher(rule, RootCheckedMatcher)
+        name = rule.name or type(rule).__name__
+
+        def matcher(pattern) -> RootCheckedMatcher:
+            m = RootCheckedMatcher(pattern)
+            m.rule_name = name
+            return m
+
+        checked = _CHECKED[rule] = _compat.with_matcher(rule, matcher, _recording_condition(name))
         _REQUIRED[checked] = required_ops(rule)
     return checked
 
@@ -97,6 +144,8 @@ class ModelShapes:
         self._table: list[tuple[str, tuple[int | None, ...] | None]] = []
         self._ids: dict[tuple, int] = {}
         self.roots: dict[str, set[int]] = {}
+        #: the nodes that have each skeleton (near-miss scans look a dropped rule's sites up here)
+        self.sites: dict[int, list[ir.Node]] = {}
         memo: dict[tuple[int, int], int] = {}
 
         def sig(node: ir.Node, d: int) -> int:
@@ -116,12 +165,31 @@ class ModelShapes:
             return got
 
         for n in all_nodes(model):
-            self.roots.setdefault(n.op_type, set()).add(sig(n, depth))
+            s = sig(n, depth)
+            self.roots.setdefault(n.op_type, set()).add(s)
+            self.sites.setdefault(s, []).append(n)
 
     def fits(self, tree, memo: dict | None = None) -> bool:
         """Whether some node of the model has the skeleton ``tree`` above it."""
         memo = {} if memo is None else memo
         return any(self._fits(tree, s, memo) for s in self.roots.get(tree[0], ()))
+
+    def partial(self, tree, sid: int, memo: dict) -> int:
+        """How many of the skeleton ``tree``'s nodes a node of skeleton ``sid`` has above it,
+        each branch counted up to its first mismatch."""
+        key = (id(tree), sid)
+        got = memo.get(key)
+        if got is None:
+            op, kids = self._table[sid]
+            got = 0
+            if op == tree[0]:
+                got = 1
+                if kids is not None:
+                    for i, sub in tree[1]:
+                        if i < len(kids) and kids[i] is not None:
+                            got += self.partial(sub, kids[i], memo)
+            memo[key] = got
+        return got
 
     def _fits(self, tree, sid: int, memo: dict) -> bool:
         key = (id(tree), sid)
@@ -158,13 +226,68 @@ def applicable_rules(rules: Iterable[orp.RewriteRule], ops: set[str], *, commute
     expanded = [c for r in rules for c in r.commute()] if commute else list(rules)
     memo: dict = {}
     out = []
+    dropped = []
     for r in expanded:
         if not required_ops(r) <= ops:
+            dropped.append(r)
             continue
         tree = _tree_of(r) if shapes is not None else None
         if tree is None or shapes.fits(tree, memo):
             out.append(_root_checked(r))
+        else:
+            dropped.append(r)
+    if dropped and shapes is not None and nearmiss.active():
+        _near_misses_of_dropped(dropped, shapes)
     return out
+
+
+def _tree_size(tree) -> int:
+    return 1 + sum(_tree_size(sub) for _, sub in tree[1])
+
+
+_SCAN_MATCHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _scan_matcher(rule: orp.RewriteRule) -> RootCheckedMatcher:
+    m = _SCAN_MATCHERS.get(rule)
+    if m is None:
+        m = _SCAN_MATCHERS[rule] = RootCheckedMatcher(_compat.target_pattern(rule))
+        m.rule_name = rule.name or type(rule).__name__
+    return m
+
+
+def _near_misses_of_dropped(dropped: Sequence[orp.RewriteRule], shapes: ModelShapes) -> None:
+    """The filter's dropped rules still have near misses (nearmiss rule 2): a small pattern
+    whose anchor reads the op it needs through one node in between, and a big one whose
+    skeleton matches at least half-way above a node, where the rule's own matcher then says
+    exactly where it stops. Only the sites whose skeleton qualifies are matched."""
+    by_tree: dict = {}
+    for r in dropped:
+        tree = _tree_of(r)
+        if tree is not None and tree[0] in shapes.roots:
+            by_tree.setdefault(tree, []).append(r)
+    memo: dict = {}
+    for tree, rules in by_tree.items():
+        size = _tree_size(tree)
+        sids = shapes.roots[tree[0]]
+        if size <= SMALL_PATTERN:
+            name = rules[0].name or type(rules[0]).__name__
+            for i, (op, _) in tree[1]:
+                for sid in sids:
+                    for node in shapes.sites.get(sid, ()):
+                        v = node.inputs[i] if i < len(node.inputs) else None
+                        p = v.producer() if v is not None else None
+                        if p is not None and p.op_type != op:
+                            nearmiss.between(name, node, p, op)
+            continue
+        need = near_threshold(_compat.pattern_size(_compat.target_pattern(rules[0])))
+        for sid in sids:
+            if shapes.partial(tree, sid, memo) < need:
+                continue
+            for node in shapes.sites.get(sid, ()):
+                for r in rules:
+                    if node.graph is not None:
+                        _scan_matcher(r).match(None, node.graph, node, remove_nodes=True)
 
 
 def any_applicable(rules: Sequence[orp.RewriteRule], ops: set[str]) -> bool:

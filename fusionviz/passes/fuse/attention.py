@@ -8,9 +8,15 @@ import re
 import numpy as np
 import onnx_ir as ir
 
+from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.facts import onnx_opset
-from fusionviz.passes.fuse.attention_match import bias_mask, match_attention, raw_mask
+from fusionviz.passes.fuse.attention_match import (
+    AttentionMatch,
+    bias_mask,
+    match_attention,
+    raw_mask,
+)
 from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import
 from fusionviz.passes.fuse.transformer_common import (
     Reject,
@@ -72,8 +78,9 @@ Float32 only (the CPU kernel); tolerance 1e-3 relative (the kernel sums in a dif
         for node in list(model.graph):
             if node.op_type != "Softmax" or node.domain != "" or node.graph is None:
                 continue
+            m = AttentionMatch()
             try:
-                m, info = match_attention(node, opset)
+                m, info = match_attention(node, opset, m)
                 mask_input: ir.Value | None = None
                 bias_input: ir.Value | None = None
                 filter_value = -10000.0
@@ -95,9 +102,12 @@ Float32 only (the CPU kernel); tolerance 1e-3 relative (the kernel sums in a dif
                                 mask_cache[id(m.mask)] = bias_input
                         if bias_input is None:
                             shp = list(m.mask.shape.dims) if m.mask.shape is not None else "unknown"
-                            raise Reject(f"mask of shape {shp} is neither an attention_mask nor (B,1|N,S,T)")
+                            raise Reject(f"mask of shape {shp} is neither an attention_mask nor (B,1|N,S,T)",
+                                         m.mask.producer())
             except Reject as why:
                 logger.info("attention_fusion: Softmax %s not fused: %s", node.name, why)
+                nearmiss.note(m.nodes or [node], why.at or node, str(why), hint=why.hint, kind=why.kind,
+                              rule="attention")
                 continue
             projs = info["projs"]
             w = np.concatenate([p.w for p in projs], axis=1).astype(np.float32)

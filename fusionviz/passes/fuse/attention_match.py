@@ -34,6 +34,7 @@ from fusionviz.passes.fuse.transformer_common import (
     insert_early,
     need,
     new_initializer,
+    other_uses,
     peel_scale,
     perm_of,
     produced_by,
@@ -87,7 +88,7 @@ class Projection:
                 raise Reject(f"{what} projection bias is not a 1-D constant")
             self.nodes.append(add)
             if not single_use(mm_out):
-                raise Reject(f"{what} projection MatMul output has other uses")
+                raise other_uses(mm_out, f"{what} projection MatMul output", add)
         mm = need(mm_out, "MatMul", f"{what} projection")
         w = const_value(mm.inputs[1])
         if w is None or w.ndim != 2:
@@ -108,10 +109,10 @@ def _heads(v: ir.Value, perm: list[int], what: str) -> tuple[ir.Node, ir.Node]:
     if perm_of(t) != perm:
         raise Reject(f"{what}: transpose perm {perm_of(t)} != {perm}")
     if not single_use(t.inputs[0]):
-        raise Reject(f"{what}: reshaped heads have other uses")
+        raise other_uses(t.inputs[0], f"{what}: reshaped heads", t)
     r = need(t.inputs[0], "Reshape", what)
     if not _only_shape_uses(r.inputs[0], r):
-        raise Reject(f"{what}: projection output has other uses")
+        raise other_uses(r.inputs[0], f"{what}: projection output", r)
     return t, r
 
 
@@ -141,7 +142,7 @@ def _match_key(kt: ir.Value, m: AttentionMatch) -> tuple[ir.Node, ir.Node, float
         return t2, r, f1
     if perm == [0, 1, 3, 2]:
         if not single_use(t.inputs[0]):
-            raise Reject("key heads have other uses")
+            raise other_uses(t.inputs[0], "key heads", t)
         m.nodes.append(t)
         inner, f2, n2 = peel_scale(t.inputs[0])
         m.nodes += n2
@@ -150,8 +151,10 @@ def _match_key(kt: ir.Value, m: AttentionMatch) -> tuple[ir.Node, ir.Node, float
     raise Reject(f"key transpose perm {perm} is not a key transpose")
 
 
-def match_attention(softmax: ir.Node, opset: int) -> tuple[AttentionMatch, dict]:
-    m = AttentionMatch()
+def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = None) -> tuple[AttentionMatch, dict]:
+    """Match the block around ``softmax`` (rule 1); ``m`` collects the nodes matched so far,
+    which a :class:`Reject` leaves there for the near-miss report."""
+    m = AttentionMatch() if m is None else m
     axis = softmax.attributes.get("axis")
     axis_v = axis.value if axis is not None else (-1 if opset >= 13 else 1)
     if axis_v not in (-1, 3):
@@ -159,13 +162,16 @@ def match_attention(softmax: ir.Node, opset: int) -> tuple[AttentionMatch, dict]
     m.nodes.append(softmax)
     # softmax -> MatMul(probs, V) -> Transpose(0,2,1,3) -> Reshape(B,S,hidden)
     probs = softmax.outputs[0]
+    readers = [u.node for u in probs.uses()]
+    mms = [n for n in readers if n.op_type == "MatMul" and n.domain == "" and n.inputs[0] is probs]
     if not single_use(probs):
-        raise Reject("attention probabilities have other uses")
-    ctx_mm = probs.uses()[0].node
-    if ctx_mm.op_type != "MatMul" or ctx_mm.domain != "" or ctx_mm.inputs[0] is not probs:
-        raise Reject("Softmax is not followed by MatMul(probs, V)")
+        raise other_uses(probs, "attention probabilities", *mms[:1])
+    ctx_mm = readers[0]
+    if not mms:
+        kind = "qdq" if ctx_mm.op_type in ("QuantizeLinear", "DequantizeLinear") else "form"
+        raise Reject(f"Softmax is followed by {ctx_mm.op_type}, not MatMul(probs, V)", ctx_mm, kind=kind)
     if not single_use(ctx_mm.outputs[0]):
-        raise Reject("context has other uses")
+        raise other_uses(ctx_mm.outputs[0], "context", *[u.node for u in ctx_mm.outputs[0].uses()][:1])
     ctx_t = ctx_mm.outputs[0].uses()[0].node
     if ctx_t.op_type != "Transpose" or perm_of(ctx_t) != [0, 2, 1, 3] or ctx_t.outputs[0].is_graph_output():
         raise Reject("context is not transposed back with perm (0,2,1,3)")
@@ -197,14 +203,14 @@ def match_attention(softmax: ir.Node, opset: int) -> tuple[AttentionMatch, dict]
         else:
             s, m.mask = b, a
         if not single_use(s):
-            raise Reject("scores have other uses")
+            raise other_uses(s, "scores", add)
         m.nodes.append(add)
     s, post, n_post = peel_scale(s)
     m.nodes += n_post
     qk = need(s, "MatMul", "scores")
     m.nodes.append(qk)
     if not single_use(qk.outputs[0]):
-        raise Reject("QK^T has other uses")
+        raise other_uses(qk.outputs[0], "QK^T", *[u.node for u in qk.outputs[0].uses()][:1])
     q, fq, nq = peel_scale(qk.inputs[0])
     m.nodes += nq
     qt, qr = _heads(q, [0, 2, 1, 3], "query heads")

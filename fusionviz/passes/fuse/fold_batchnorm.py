@@ -54,18 +54,19 @@ class _BatchNormGuards:
         w = inbound.inputs[1]
         w_np = weight_value(w)
         if w_np is None or not w.is_initializer():
-            return result.fail(f"The weight '{w.name}' is not a constant initializer.")
+            return result.fail(f"The weight '{w.name}' is not a constant initializer.", w)
         if w_np.dtype.kind != "f":
             return result.fail("The weight is not floating point.")
         if outside_uses(w, {inbound}):
-            return result.fail(f"The weight '{w.name}' is shared with another node; folding would change it there too.")
+            return result.fail(f"The weight '{w.name}' is shared with another node; folding would change it there too.",
+                               w)
         if len(inbound.inputs) > 2 and inbound.inputs[2] is not None and weight_value(inbound.inputs[2]) is None:
-            return result.fail(f"The bias '{inbound.inputs[2].name}' is not a constant.")
+            return result.fail(f"The bias '{inbound.inputs[2].name}' is not a constant.", inbound.inputs[2])
         channels = self._channels(inbound)
         for p in bn.inputs[1:5]:
             arr = weight_value(p)
             if arr is None or arr.ndim != 1 or arr.shape[0] != channels:
-                return result.fail(f"BatchNormalization parameter '{p.name}' is not a ({channels},) constant.")
+                return result.fail(f"BatchNormalization parameter '{p.name}' is not a ({channels},) constant.", p)
         var = weight_value(bn.inputs[4])
         if not np.all(np.isfinite(var)) or np.any(var + bn.attributes.get_float("epsilon", 1e-5) <= 0):
             return result.fail("BatchNormalization variance + epsilon is not a positive number everywhere: "

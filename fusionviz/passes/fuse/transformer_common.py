@@ -19,7 +19,31 @@ from fusionviz.passes.hygiene import Namer
 
 
 class Reject(Exception):
-    """A check failed; the message says which one."""
+    """A check failed; the message says which one, ``at`` the node where matching stopped and
+    ``kind`` what stopped it (:data:`fusionviz.passes.nearmiss.KINDS`)."""
+
+    def __init__(self, reason: str, at: ir.Node | None = None, *, kind: str = "condition", hint: str = "") -> None:
+        super().__init__(reason)
+        self.at = at
+        self.kind = kind
+        self.hint = hint
+
+
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
+#: torch's exporter writes ``Where(IsNaN(p), 0, p)`` after every Softmax
+_GUARD_HINT = ("torch's exporter guards every Softmax with IsNaN/Where; the rule needs the probabilities "
+               "to feed only MatMul(probs, V)")
+
+
+def other_uses(v: ir.Value, what: str, *inside: ir.Node) -> Reject:
+    """The Reject for ``v`` (``what``) being read outside the pattern (``inside``: its own readers)."""
+    users = [u.node for u in v.uses() if all(u.node is not n for n in inside)]
+    if not users:
+        return Reject(f"{what} is a graph output", v.producer(), kind="other_uses")
+    ops = ", ".join(dict.fromkeys(u.op_type for u in users))
+    hint = _GUARD_HINT if any(u.op_type == "IsNaN" for u in users) else ""
+    return Reject(f"{what} also feed(s) {ops} ({users[0].name}), outside the pattern", users[0], kind="other_uses",
+                  hint=hint)
 
 
 def scalar(v: ir.Value | None) -> float | None:
@@ -41,8 +65,13 @@ def produced_by(v: ir.Value | None, op: str, domain: str = "") -> ir.Node | None
 def need(v: ir.Value | None, op: str, what: str) -> ir.Node:
     p = produced_by(v, op)
     if p is None:
-        got = v.producer().op_type if v is not None and v.producer() is not None else "no node"
-        raise Reject(f"{what}: expected {op}, found {got}")
+        found = v.producer() if v is not None else None
+        got = found.op_type if found is not None else "no node"
+        if got in _QDQ:
+            raise Reject(f"{what}: a QuantizeLinear/DequantizeLinear pair sits where {op} should be", found, kind="qdq",
+                         hint="the fused kernel takes float tensors; onnxruntime runs QDQ groups with its QDQ "
+                              "transformers")
+        raise Reject(f"{what}: expected {op}, found {got}", found, kind="form")
     return p
 
 

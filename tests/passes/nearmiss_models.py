@@ -1,0 +1,145 @@
+"""Small models shaped like real exports, each with one site a pass almost fuses.
+
+Each builder returns ``(model, expected)``: ``expected`` names the pass, the node that blocks
+the rewrite and the kind of reason (``fusionviz.passes.nearmiss.KINDS``).
+
+- ``conv_bn_constant_nodes``: Paddle2ONNX style, the Conv weight and the BN statistics are
+  ``Constant`` nodes (fold_batchnorm needs constant_folding first).
+- ``convtranspose_add_bn``: ``ConvTranspose → Add(bias) → BatchNormalization`` (a PP-OCR
+  detector's upsampling head).
+- ``tanh_gelu_cubed_by_mul``: the textbook tanh GELU with ``x³`` written as ``x·x·x``.
+- ``qdq_attention``: QuantizeLinear/DequantizeLinear between the scores MatMul and Softmax.
+- ``guarded_attention``: torch dynamo's ``Where(IsNaN(p), 0, p)`` after Softmax (GPT-2).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper as onh
+
+F = onnx.TensorProto.FLOAT
+
+
+class Builder:
+    """Nodes, initializers and unique names for a one-graph model."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.rng = np.random.default_rng(seed)
+        self.n = 0
+
+    def name(self, base: str) -> str:
+        self.n += 1
+        return f"{base}_{self.n}"
+
+    def init(self, arr, base: str = "c") -> str:
+        nm = self.name(base)
+        self.inits.append(onh.from_array(np.asarray(arr), nm))
+        return nm
+
+    def constant_node(self, arr, base: str = "k") -> str:
+        out = self.name(base)
+        self.nodes.append(oh.make_node("Constant", [], [out], name=self.name("Constant"),
+                                       value=onh.from_array(np.asarray(arr), out)))
+        return out
+
+    def w(self, *shape: int, scale: float = 0.2) -> str:
+        return self.init((self.rng.standard_normal(shape) * scale).astype(np.float32), "w")
+
+    def op(self, op: str, inputs, name: str | None = None, **attrs) -> str:
+        out = self.name(op.lower())
+        self.nodes.append(oh.make_node(op, list(inputs), [out], name=name or self.name(op), **attrs))
+        return out
+
+    def model(self, x_shape, y: str, opset: int = 17) -> onnx.ModelProto:
+        graph = oh.make_graph(self.nodes, "g", [oh.make_tensor_value_info("x", F, x_shape)], [], self.inits)
+        m = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+        m.ir_version = 8
+        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
+        m.graph.output.append(inferred[y])
+        onnx.checker.check_model(m)
+        return m
+
+
+def _bn_params(b: Builder, c: int, make) -> list[str]:
+    rng = b.rng
+    return [make((1 + 0.1 * rng.standard_normal(c)).astype(np.float32), "scale"),
+            make((0.1 * rng.standard_normal(c)).astype(np.float32), "bias"),
+            make((0.1 * rng.standard_normal(c)).astype(np.float32), "mean"),
+            make((1 + 0.1 * rng.random(c)).astype(np.float32), "var")]
+
+
+def conv_bn_constant_nodes():
+    b = Builder()
+    w = b.constant_node((b.rng.standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32), "conv_w")
+    conv = b.op("Conv", ["x", w], name="conv", pads=[1, 1, 1, 1])
+    y = b.op("BatchNormalization", [conv, *_bn_params(b, 4, b.constant_node)], name="bn")
+    return b.model([1, 3, 8, 8], y), {"pass": "fold_batchnorm", "blocker": b.nodes[0].name, "kind": "needs_pass"}
+
+
+def convtranspose_add_bn():
+    b = Builder()
+    ct = b.op("ConvTranspose", ["x", b.w(3, 4, 2, 2)], name="up", strides=[2, 2])
+    add = b.op("Add", [ct, b.init((0.1 * b.rng.standard_normal((1, 4, 1, 1))).astype(np.float32), "ct_bias")],
+               name="up_bias")
+    y = b.op("BatchNormalization", [add, *_bn_params(b, 4, b.init)], name="up_bn")
+    return b.model([1, 3, 8, 8], y), {"pass": "fold_batchnorm", "blocker": "up_bias", "kind": "in_between"}
+
+
+def tanh_gelu_cubed_by_mul():
+    b = Builder()
+    h = b.op("MatMul", ["x", b.w(16, 16)], name="fc")
+    c = lambda v: b.init(np.array(v, np.float32))  # noqa: E731
+    cube = b.op("Mul", [b.op("Mul", [h, h], name="x_sq"), h], name="x_cubed")
+    inner = b.op("Mul", [c(math.sqrt(2 / math.pi)), b.op("Add", [h, b.op("Mul", [c(0.044715), cube])])])
+    half = b.op("Mul", [c(0.5), b.op("Add", [b.op("Tanh", [inner], name="tanh"), c(1.0)])])
+    y = b.op("Mul", [h, half], name="gelu_out")
+    return b.model([2, 16], y), {"pass": "fuse_gelu", "blocker": "x_cubed", "kind": "form"}
+
+
+HID, NH = 32, 4
+HS = HID // NH
+
+
+def _attention(b: Builder, x: str, between_scores: bool, guard: bool) -> str:
+    def proj():
+        return b.op("Add", [b.op("MatMul", [x, b.w(HID, HID)]), b.w(HID, scale=0.05)])
+
+    def heads(v):
+        r = b.op("Reshape", [v, b.init(np.array([0, 0, NH, HS], np.int64), "shape")])
+        return b.op("Transpose", [r], perm=[0, 2, 1, 3])
+
+    q, k, v = heads(proj()), heads(proj()), heads(proj())
+    scores = b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    if between_scores:
+        scale, zero = b.init(np.array(0.05, np.float32), "qs"), b.init(np.array(0, np.int8), "qz")
+        q8 = b.op("QuantizeLinear", [scores, scale, zero], name="scores_q")
+        scores = b.op("DequantizeLinear", [q8, scale, zero], name="scores_dq")
+    scores = b.op("Div", [scores, b.init(np.array(math.sqrt(HS), np.float32))])
+    probs = b.op("Softmax", [scores], name="softmax", axis=-1)
+    if guard:
+        nan = b.op("IsNaN", [probs], name="isnan")
+        probs = b.op("Where", [nan, b.init(np.array(0.0, np.float32)), probs], name="where")
+    ctx = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+    return b.op("Reshape", [ctx, b.init(np.array([0, 0, HID], np.int64), "shape")])
+
+
+def qdq_attention():
+    b = Builder()
+    y = _attention(b, "x", between_scores=True, guard=False)
+    return b.model([2, 8, HID], y), {"pass": "attention_fusion", "blocker": "scores_dq", "kind": "qdq"}
+
+
+def guarded_attention():
+    b = Builder()
+    y = _attention(b, "x", between_scores=False, guard=True)
+    return b.model([2, 8, HID], y), {"pass": "attention_fusion", "blocker": "isnan", "kind": "other_uses"}
+
+
+ALL = {f.__name__: f for f in (conv_bn_constant_nodes, convtranspose_add_bn, tanh_gelu_cubed_by_mul, qdq_attention,
+                                 guarded_attention)}

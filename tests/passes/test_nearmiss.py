@@ -1,0 +1,114 @@
+"""Near misses: a pass that changes nothing says where it almost did, which node blocked it and why.
+
+The fixtures (``nearmiss_models``) are shaped like real exports: Paddle2ONNX's Constant-node
+weights, a PP-OCR ConvTranspose head with its bias Add, the textbook tanh GELU with x·x·x, a
+QDQ-quantized attention block and torch dynamo's IsNaN/Where guard after Softmax.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import onnx
+import pytest
+
+from fusionviz.passes import nearmiss
+from fusionviz.passes.pipeline import run_pipeline
+from tests.passes import nearmiss_models as nm
+
+
+def _report(result, name):
+    return next(r for r in result.reports if r.name == name)
+
+
+@pytest.mark.parametrize("fixture", sorted(nm.ALL))
+def test_near_miss_names_the_blocking_node_and_the_kind_of_reason(fixture):
+    model, expected = nm.ALL[fixture]()
+    rep = _report(run_pipeline(model, [expected["pass"]]), expected["pass"])
+    assert rep.status == "unchanged"
+    assert rep.near_miss_total >= 1
+    blockers = {(m.blocker, m.kind) for m in rep.near_misses}
+    assert (expected["blocker"], expected["kind"]) in blockers, [m.describe() for m in rep.near_misses]
+    names = {n.name for n in model.graph.node}
+    for m in rep.near_misses:
+        assert m.reason and set(m.site) <= names  # every node it names is in the model the pass got
+
+
+def test_constant_node_weights_say_which_pass_to_turn_on_and_then_fold():
+    model, _ = nm.conv_bn_constant_nodes()
+    alone = _report(run_pipeline(model, ["fold_batchnorm"]), "fold_batchnorm")
+    assert "constant_folding" in alone.near_misses[0].hint
+    with_folding = _report(run_pipeline(model, ["constant_folding", "fold_batchnorm"]), "fold_batchnorm")
+    assert with_folding.status == "applied" and with_folding.near_miss_total == 0
+
+
+def test_node_in_between_is_the_blocker_and_the_ops_around_it_are_matched():
+    model, _ = nm.convtranspose_add_bn()
+    m = _report(run_pipeline(model, ["fold_batchnorm"]), "fold_batchnorm").near_misses[0]
+    assert m.blocker == "up_bias" and set(m.nodes) == {"up", "up_bn"}
+    assert "ConvTranspose" in m.reason and "BatchNormalization" in m.reason
+
+
+def test_gelu_near_miss_keeps_the_deepest_partial_match():
+    model, _ = nm.tanh_gelu_cubed_by_mul()
+    m = _report(run_pipeline(model, ["fuse_gelu"]), "fuse_gelu").near_misses[0]
+    assert "x·x·x" in m.reason
+    assert {"gelu_out", "tanh"} <= set(m.nodes) and len(m.nodes) >= 6
+
+
+def test_a_site_the_pass_rewrote_after_all_is_dropped():
+    """Another rule (or a commuted copy, or a later round) that rewrote the site wins: a near
+    miss naming a node that is gone after the pass is not reported."""
+    with nearmiss.recording() as rec:
+        nearmiss.note(["bn1", "conv1"], "conv1", "weight shared")
+        nearmiss.note(["bn2", "conv2"], "add2", "an Add sits between")
+    kept, total = rec.result({"bn2", "conv2", "add2", "conv1"})  # bn1 was folded by another rule
+    assert [m.blocker for m in kept] == ["add2"] and total == 1
+
+
+def test_deepest_failure_per_site_wins():
+    with nearmiss.recording() as rec:
+        nearmiss.note(["mul"], "a", "shallow")
+        nearmiss.note(["mul", "add", "tanh"], "b", "deep")
+        nearmiss.note(["mul", "add"], "c", "middle")
+    (kept,), _ = rec.result({"mul", "add", "tanh", "a", "b", "c"})
+    assert kept.reason == "deep"
+
+
+def test_sites_are_bounded_per_pass():
+    with nearmiss.recording() as rec:
+        for i in range(nearmiss.LIMIT + 30):
+            nearmiss.note([f"a{i}", f"b{i}"], f"c{i}", "why", depth=i % 5)
+    kept, total = rec.result({f"{p}{i}" for p in "abc" for i in range(200)})
+    assert total == nearmiss.LIMIT + 30 and len(kept) == nearmiss.LIMIT
+    assert kept[0].nodes[0] in {f"a{i}" for i in range(4, 200, 5)}  # deepest first
+
+
+def test_nothing_is_recorded_without_a_recorder():
+    assert not nearmiss.active()
+    nearmiss.note(["x"], "y", "why")  # no recorder: a no-op, no error
+
+
+def test_report_json_carries_near_misses(tmp_path):
+    model, _ = nm.guarded_attention()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    out = tmp_path / "explain.json"
+    proc = subprocess.run([sys.executable, "-m", "fusionviz", "explain", str(path), "--passes", "attention_fusion",
+                           "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "near miss  at isnan [other_uses]" in proc.stdout
+    data = json.loads(out.read_text())
+    (entry,) = data["passes"]
+    assert entry["near_misses"][0]["blocker"] == "isnan" and entry["near_miss_total"] == 1
+
+
+def test_explain_refuses_an_unknown_pass_in_one_line(tmp_path):
+    model, _ = nm.guarded_attention()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    proc = subprocess.run([sys.executable, "-m", "fusionviz", "explain", str(path), "--passes", "no_such_pass"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
