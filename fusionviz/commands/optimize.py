@@ -40,8 +40,10 @@ def run(args) -> int:
                           shapes=shapes, freeze=common.freeze_of(args, plan), progress=lambda i, n, name: common.progress(f"[{i}/{n}] {name}") if i < n else None)
     for r in result.reports:
         line = f"{r.name:<28} {len(r.changes):>4} changes  nodes {r.nodes_before} -> {r.nodes_after}  {r.seconds * 1000:.0f} ms"
+        if r.near_miss_total:
+            line += f"  near misses {r.near_miss_total} (explain: python -m fusionviz explain MODEL --passes {r.name})"
         if r.error:
-            line += f"  (skipped: {r.error})"
+            line += f"  (failed: {r.error})"
         elif r.declined:
             line += f"  (declined: {r.declined})"
         elif r.note:

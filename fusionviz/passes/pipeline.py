@@ -18,6 +18,7 @@ other passes go on. So a run of valid passes pays for one check, not one per pas
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -247,6 +248,7 @@ def run_pipeline(
     progress: Callable[[int, int, str], None] | None = None,
     keep_snapshots: bool = True,
     validate: bool = True,
+    near_misses: bool = True,
     _careful: bool = False,
 ) -> PipelineResult:
     """Run ``pass_names`` (any order given; canonical order used) on a copy of ``model``.
@@ -260,7 +262,8 @@ def run_pipeline(
     (``--freeze``) before the first pass; the "original" snapshot is the model so specialized.
 
     ``validate`` applies the validity rule (module docstring); ``_careful`` is the internal
-    second run that checks it after every pass.
+    second run that checks it after every pass. ``near_misses`` records, per pass, where a
+    rewrite almost fired and why it did not (:mod:`fusionviz.passes.nearmiss`).
     """
     passes = registry.resolve(pass_names)
     t0 = time.perf_counter()
@@ -312,9 +315,10 @@ def run_pipeline(
                 work = infer_shapes(work)
                 shapes_fresh = True
                 inferred = _values_by_id(work)
-            with nearmiss.recording() as recorder:
+            with nearmiss.recording() if near_misses else contextlib.nullcontext() as recorder:
                 work, changes = p.apply(work)
-            near, near_total = recorder.result({n.name for n in all_nodes(work)})
+            if recorder is not None:
+                near, near_total = recorder.result({n.name for n in all_nodes(work)})
         except PreconditionError as exc:  # nothing was changed: skipped, with the reason
             reports.append(PassReport(p.name, p.title, (), n0, n0, time.perf_counter() - t, note=str(exc)))
             snapshots.append(Snapshot(p.name, snapshots[-1].model, n0))
@@ -329,7 +333,7 @@ def run_pipeline(
         if (error is not None or declined is not None) and not keep_snapshots:
             # nothing to restore from: run again with snapshots
             return run_pipeline(model, pass_names, shapes=shapes, freeze=freeze, progress=progress,
-                                validate=validate, _careful=_careful)
+                                validate=validate, near_misses=near_misses, _careful=_careful)
         if error is not None:
             error = f"{error} (after: {', '.join(r.name for r in reports) or 'no other pass'})"
             work = _restored(p, work, snapshots[-1].model)
@@ -373,7 +377,7 @@ def run_pipeline(
         if why:  # some pass broke the rule: find which, pass by pass
             logger.info("the result breaks the validity rule (%s); checking pass by pass", why)
             result = run_pipeline(model, pass_names, shapes=shapes, freeze=freeze, progress=progress,
-                                  keep_snapshots=True, validate=True, _careful=True)
+                                  keep_snapshots=True, validate=True, near_misses=near_misses, _careful=True)
             if not keep_snapshots:
                 snaps = result.snapshots
                 result = dataclasses.replace(result, snapshots=(snaps[0], snaps[-1]) if len(snaps) > 1 else snaps)
@@ -384,7 +388,7 @@ def run_pipeline(
                     f"the result ({refused}); the passes ran on the model's own input dims.")
             logger.info(note)
             again = run_pipeline(model, pass_names, freeze=freeze, progress=progress, keep_snapshots=keep_snapshots,
-                                 validate=validate)
+                                 validate=validate, near_misses=near_misses)
             return dataclasses.replace(again, notes=(note, *again.notes))
     if progress:
         progress(len(passes), len(passes), "done")
