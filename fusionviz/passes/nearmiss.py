@@ -22,7 +22,8 @@ reads it). Rules (the code points back to them):
    after all (another rule, a commuted copy, a later round) is dropped. At most :data:`LIMIT`
    per pass, deepest first; ``total`` says how many there were.
 5. Recording costs nothing when no recorder is active (one context-variable read per failed
-   match); the pipeline records for every pass it runs.
+   match); the pipeline records for every pass it runs. Recording never breaks a pass: an
+   error while describing a near miss is logged and the near miss dropped.
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
+import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
 import onnx_ir as ir
+
+logger = logging.getLogger(__name__)
 
 #: Rule 1: what kind of obstacle stopped the match.
 KINDS = {
@@ -186,10 +191,25 @@ def _in_the_way(found: ir.Node, expected: str) -> ir.Node | None:
     return None
 
 
+def _never_raises(fn):
+    """Rule 5: describing a near miss must not fail the pass that is matching."""
+
+    @functools.wraps(fn)
+    def safe(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - a near miss is a report, never a reason to fail
+            logger.debug("near miss not recorded", exc_info=True)
+            return False
+
+    return safe
+
+
 def _a(word: str) -> str:
     return ("an " if word[:1].lower() in "aeiou" else "a ") + word
 
 
+@_never_raises
 def between(rule: str, root: ir.Node, found: ir.Node, expected: str, matched: Sequence[ir.Node] = ()) -> bool:
     """Report ``found`` standing where ``root`` needs an ``expected`` producer, when an
     ``expected`` node sits right above it (rule 3). Returns whether it reported."""
@@ -231,6 +251,7 @@ def _outside_use(nodes: Sequence[ir.Node]) -> tuple[ir.Node | None, ir.Node | No
     return None, None
 
 
+@_never_raises
 def from_match(rule: str, root: ir.Node, matched: Sequence[ir.Node], reason: str,
                sources: Sequence[object], *, condition: bool) -> None:
     """Report an onnxscript match that failed (rules 2, 3): ``matched`` so far, the library's

@@ -6,6 +6,7 @@ import logging
 
 import onnx_ir as ir
 
+from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.facts import const_value
 from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import
@@ -86,8 +87,11 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
             why = _skln_params(ln.inputs[0], gamma, beta)
             if why is not None:
                 logger.info("skip_layernorm_fusion: %s not fused: %s", ln.name, why)
+                nearmiss.note([ln, add], ln, why, rule="skip_layernorm")
                 continue
             if not float32_or_unknown(ln.inputs[0]):
+                nearmiss.note([ln, add], ln, "the input is not float32 (the CPU SkipLayerNormalization kernel is float32)",
+                              rule="skip_layernorm")
                 continue
             a, b = add.inputs[0], add.inputs[1]
             if const_value(a) is not None or const_value(b) is not None:
@@ -97,6 +101,7 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
                 a, b = b, a
                 if _is_3d_same(a, b) is not None:
                     logger.info("skip_layernorm_fusion: %s not fused: %s", ln.name, why)
+                    nearmiss.note([ln, add], add, why, rule="skip_layernorm")
                     continue
             # Fold a 1-D bias add feeding the input: a = a0 + bias.
             bias = None

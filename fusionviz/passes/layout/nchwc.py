@@ -39,6 +39,7 @@ import tempfile
 import onnx
 import onnx_ir as ir
 
+from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.facts import onnx_opset
 from fusionviz.passes.hygiene import from_tool
@@ -138,6 +139,12 @@ def capture_ort_bytes(proto: onnx.ModelProto | bytes, level: str = "all",
             return f.read()
 
 
+
+def _unused(why: str) -> None:
+    """The captured graph is not used: logged, and the pass's reason in its near misses."""
+    logger.info("nchwc_layout: captured graph not used: %s", why)
+    nearmiss.note((), None, f"the NCHWc graph onnxruntime captured is not used: {why}", kind="pass", rule="nchwc")
+
 class NchwcLayout(Pass, name="nchwc_layout", category=Category.LAYOUT, order=410,
                   trigger_ops={"Conv", "FusedConv"}):
     title = "NCHWc blocked layout (onnxruntime's layout level, captured)"
@@ -191,27 +198,26 @@ convolution sums are the same products, possibly in a different order (fp32 roun
         try:
             captured_bytes = capture_ort_bytes(data, disabled_optimizers=disabled_fusions(opset))
         except Exception as exc:  # noqa: BLE001 - a pass that does not apply never raises
-            logger.info("nchwc_layout: capture failed: %s", exc)
+            _unused(f"onnxruntime's layout capture failed: {exc}")
             return None
         captured = onnx.ModelProto.FromString(captured_bytes)
         n_nchwc = sum(1 for n in captured.graph.node if n.domain == NCHWC)
         if n_nchwc == 0:
-            logger.info("nchwc_layout: onnxruntime chose no NCHWc kernels for this model on this CPU")
+            _unused("onnxruntime chose no NCHWc kernels for this model on this CPU")
             return None
         foreign = foreign_onnx_ops(captured)  # rule 4
         if foreign:
-            logger.info("nchwc_layout: captured graph not used: onnxruntime wrote %s, which ONNX opset %d "
-                        "does not have", ", ".join(foreign), opset)
+            _unused(f"onnxruntime wrote {', '.join(foreign)}, which ONNX opset {opset} does not have")
             return None
         # Rule 3: the captured graph must load with ORT off.
         try:
             make_session(captured_bytes, level="off")
         except errors.FusionvizError as exc:
-            logger.info("nchwc_layout: captured graph not used: %s", exc)
+            _unused(str(exc))
             return None
         why = drop_stray_inputs(captured, proto)
         if why:
-            logger.info("nchwc_layout: captured graph not used: %s", why)
+            _unused(why)
             return None
         captured.doc_string = proto.graph.doc_string or captured.doc_string
         new = from_tool(captured, proto)  # rule 5

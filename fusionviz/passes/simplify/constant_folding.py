@@ -7,6 +7,7 @@ import logging
 import onnx_ir as ir
 from onnx_ir.passes.common import LiftConstantsToInitializersPass
 
+from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.cleanup import Cleanup
 from fusionviz.passes.facts import is_onnx
@@ -152,3 +153,7 @@ def _fold(model: ir.Model, *, specialize: bool) -> None:
     if folder.skipped:
         logger.info("constant_folding: %d nodes over the %d MB budget kept: %s", len(folder.skipped),
                     budget // (1024 * 1024), ", ".join(folder.skipped[:10]))
+        for name in folder.skipped:
+            nearmiss.note([name], name, f"its inputs are constant, but the result would make more than the "
+                          f"{budget // (1024 * 1024)} MB of new constants one folding run may create",
+                          hint="raise FUSIONVIZ_FOLD_MAX_MB to fold it", kind="condition", rule="fold")

@@ -16,6 +16,7 @@ import os
 import numpy as np
 import onnx_ir as ir
 
+from fusionviz.passes import nearmiss
 from fusionviz.passes._compat import ConstantFolderBase, Replacement
 from fusionviz.passes.facts import const_value, is_onnx, static_dims
 from fusionviz.passes.simplify.if_inlining import (
@@ -134,6 +135,8 @@ class FoldOnlyConstants(ConstantFolderBase):
         why = inline_blocker(node, branch, self.opset_imports)
         if why:
             logger.info("constant_folding: If %s kept: %s", node.name, why)
+            nearmiss.note([node], node, f"the If's condition is constant, but its branch cannot be inlined: {why}",
+                          rule="fold_if")
             return None
         return inline_branch(node, branch, defined_name_counts(self._model))
 
