@@ -37,14 +37,20 @@ def explanation(result) -> list[dict]:
     return out
 
 
+def _nodes(ops: list[str], names: list[str], shown: int = 4) -> str:
+    """"Conv c1 + BatchNormalization bn1", the first ``shown`` of a long list and how many more."""
+    items = [f"{o} {n}" for o, n in zip(ops, names, strict=False)]
+    if len(items) > shown:
+        return " + ".join(items[:shown]) + f" + {len(items) - shown} more"
+    return " + ".join(items) or "-"
+
+
 def _lines(entry: dict, limit: int) -> list[str]:
     head = (f"{entry['name']:<26} {entry['status']:<9} {len(entry['applied'])} applied · "
             f"{entry['near_miss_total']} near misses")
     lines = [head + (f"  ({entry['reason']})" if entry["reason"] else "")]
     for c in entry["applied"][:limit]:
-        ins = " + ".join(f"{o} {n}" for o, n in zip(c["in_ops"], c["inputs"], strict=False)) or "-"
-        outs = " + ".join(f"{o} {n}" for o, n in zip(c["out_ops"], c["outputs"], strict=False)) or "-"
-        lines.append(f"  applied    {c['kind']}: {ins} -> {outs}")
+        lines.append(f"  applied    {c['kind']}: {_nodes(c['in_ops'], c['inputs'])} -> {_nodes(c['out_ops'], c['outputs'])}")
     if len(entry["applied"]) > limit:
         lines.append(f"  ... {len(entry['applied']) - limit} more applied (see --json)")
     for m in entry["near_misses"][:limit]:

@@ -3,7 +3,9 @@
 Drawing rules (model_graph, collapse and dot hold theirs):
 
 1. A node's fill is its op family's colour; with a diff, fused/added nodes are green, removed
-   red (dashed), changed amber, each with a thick border; unchanged nodes keep the family fill.
+   red (dashed), changed amber, each with a thick border; unchanged nodes keep the family fill;
+   lifted nodes (a Constant now an initializer: no change, ``diff.NO_CHANGE``) are grey and
+   dotted with a thin border, and "changed only" leaves them out like unchanged nodes.
 2. Fused nodes say what they came from ("← Conv_12 + BatchNormalization_13 + Relu_14"; long
    lists "← 12 nodes: Conv_1 + … + Relu_9"); removed nodes in the before view say where they went
    ("fused into FusedConv_3").
@@ -35,7 +37,7 @@ import onnx
 from fusionviz import errors
 from fusionviz.graphview import dot as D
 from fusionviz.graphview.collapse import neighbourhood, select
-from fusionviz.graphview.diff import GraphDiff
+from fusionviz.graphview.diff import NO_CHANGE, GraphDiff
 from fusionviz.graphview.model_graph import DisplayGraph, DisplayNode, build_display_graph, infer
 
 logger = logging.getLogger(__name__)
@@ -207,6 +209,9 @@ def _node_lines(n: DisplayNode, status: str | None, diff: GraphDiff | None, side
             into = diff.fused_into.get(n.key)
             text = f"fused into {D.shorten(_tail(D.clean(into)), 30)}" if into else "removed"
             lines.append((text, "#a11a1a", 9, True))
+        elif side == "before" and status == "lifted":
+            init = diff.lifted_to.get(n.key, "")
+            lines.append((D.shorten(f"lifted to initializer {D.clean(init)}".strip(), 44), "#71717a", 9, False))
         elif side == "before" and status == "changed":
             absorbed = diff.contributors.get(n.key, [])
             text = f"absorbs {len(absorbed)} node{'s' if len(absorbed) > 1 else ''}" if absorbed else "changed"
@@ -264,7 +269,7 @@ def render_graph(model: onnx.ModelProto, *, diff: GraphDiff | None = None, side:
     if opts.changed_only:
         if diff is None:
             raise errors.RenderError("'changed only' needs two snapshots to compare (a diff).")
-        seeds = [k for k in selected if status.get(k, "unchanged") != "unchanged"]
+        seeds = [k for k in selected if status.get(k, "unchanged") not in NO_CHANGE]
         if not seeds:
             notes.append("No node changed between the two snapshots.")
             selected = set()
@@ -344,7 +349,7 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
             fill, border, style, pen = D.FAMILY_FILL[fam], "#7a7a7a", "rounded,filled", "1"
             if st in D.STATUS_STYLE:
                 fill, border, style = D.STATUS_STYLE[st]
-                pen = "2.5"
+                pen = "1" if st in NO_CHANGE else "2.5"
                 statuses.add(st)
             else:
                 families.add(fam)
@@ -374,7 +379,7 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
             top = ", ".join(f"{op}×{c}" for op, c in box.ops.most_common(3))
             lines.append((D.shorten(top, 48), "#333333", 9, False))
             fill, border, pen = "#f2f2f2", "#8a8a8a", "1"
-            changed = {k: v for k, v in box.statuses.items() if k != "unchanged" and v}
+            changed = {k: v for k, v in box.statuses.items() if k not in NO_CHANGE and v}
             if changed:
                 lines.append((" · ".join(f"{v} {k}" for k, v in sorted(changed.items())), "#14602c"
                               if side == "after" else "#a11a1a", 9, True))
@@ -486,7 +491,9 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
 def _legend(families: set[str], statuses: set[str], with_diff: bool) -> list[tuple[str, str, str]]:
     entries: list[tuple[str, str, str]] = []
     if with_diff:
-        for st in ("fused", "removed", "changed"):
+        for st in ("fused", "removed", "changed", "lifted"):
+            if st == "lifted" and st not in statuses:
+                continue  # only where a lifted node is drawn
             fill, border, _ = D.STATUS_STYLE[st]
             entries.append((D.STATUS_TITLE[st], fill, border))
     for fam in _legend_families():

@@ -63,15 +63,17 @@ FAMILY_TITLE = {
 }
 _FAMILY_OF = {op: fam for fam, ops in FAMILIES.items() for op in ops}
 
-# Diff status → (fill, border, style). Unchanged keeps the family colour.
+# Diff status → (fill, border, style). Unchanged keeps the family colour; lifted (a Constant
+# node whose value is now an initializer: no change) is drawn quietly, grey and dotted.
 STATUS_STYLE = {
     "fused": ("#b7efc5", "#1b873f", "rounded,filled,bold"),
     "added": ("#b7efc5", "#1b873f", "rounded,filled,bold"),
     "removed": ("#ffc9c9", "#c62828", "rounded,filled,dashed,bold"),
     "changed": ("#ffe2a8", "#d97706", "rounded,filled,bold"),
+    "lifted": ("#f4f4f5", "#a1a1aa", "rounded,filled,dotted"),
 }
 STATUS_TITLE = {"fused": "fused / new", "removed": "removed", "changed": "changed",
-                "unchanged": "unchanged"}
+                "lifted": "lifted to initializer", "unchanged": "unchanged"}
 
 
 def family(op: str, domain: str = "") -> str:

@@ -65,6 +65,10 @@ REMOVED_BY = {
 _QDQ = {"QuantizeLinear", "DequantizeLinear"}
 #: element-wise ops are everywhere: a node between one of them and the anchor is no near miss
 _GENERIC = {"Add", "Sub", "Mul", "Div"}
+#: what may stand "between" two ops that would fuse: cheap one-tensor steps a pass or a
+#: rewrite could remove or absorb (a MatMul or Gather in between is another computation)
+_BETWEEN = {"Add", "Sub", "Mul", "Div", "Cast", "Identity", "Dropout", "Reshape", "Squeeze", "Unsqueeze",
+            "Flatten", "Transpose", "BatchNormalization", "QuantizeLinear", "DequantizeLinear", "Pad"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +157,14 @@ def note(nodes: Iterable[ir.Node | str], blocker: ir.Node | str | None, reason: 
     rec.add(near, len(names) + (1 if b else 0) if depth is None else depth, site)
 
 
+def fixable(blocker: ir.Node | None, hint: str, kind: str) -> dict:
+    """``hint`` and ``kind`` for a blocker that another pass removes (rule 3: "turn on X first")."""
+    fixer = REMOVED_BY.get(blocker.op_type) if blocker is not None else None
+    if fixer and not hint:
+        return {"hint": f"turn on {fixer} first (it removes the {blocker.op_type})", "kind": "needs_pass"}
+    return {"hint": hint, "kind": kind}
+
+
 # --------------------------------------------------------------------------- rule 3: sentences
 
 
@@ -213,7 +225,7 @@ def _a(word: str) -> str:
 def between(rule: str, root: ir.Node, found: ir.Node, expected: str, matched: Sequence[ir.Node] = ()) -> bool:
     """Report ``found`` standing where ``root`` needs an ``expected`` producer, when an
     ``expected`` node sits right above it (rule 3). Returns whether it reported."""
-    if expected in _GENERIC:
+    if expected in _GENERIC or found.op_type not in _BETWEEN:
         return False
     above = _in_the_way(found, expected)
     if above is None:
@@ -255,7 +267,11 @@ def _outside_use(nodes: Sequence[ir.Node]) -> tuple[ir.Node | None, ir.Node | No
 def from_match(rule: str, root: ir.Node, matched: Sequence[ir.Node], reason: str,
                sources: Sequence[object], *, condition: bool) -> None:
     """Report an onnxscript match that failed (rules 2, 3): ``matched`` so far, the library's
-    ``reason`` and failure ``sources`` (nodes or values)."""
+    ``reason`` and failure ``sources`` (nodes or values). A node with more inputs than the
+    pattern's is another form of the op (a LayerNormalization that already has its bias), not
+    a near miss."""
+    if reason.startswith("Number of inputs"):
+        return False
     failed_node = next((s for s in sources if isinstance(s, ir.Node)), None)
     failed_value = next((s for s in sources if isinstance(s, ir.Value)), None)
     nodes = list(matched) or [root]

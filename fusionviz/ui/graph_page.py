@@ -284,6 +284,7 @@ def _legend_html(counts: dict | None) -> str:
     for (_, fill, border), label in zip(common.LEGEND, keys, strict=True):
         n = f" <b>{sum(int(counts.get(k, 0)) for k in keys[label]):,}</b>" if counts else ""
         parts.append(f"<span class='fv-sw' style='background:{fill};border-color:{border}'></span>{label}{n}")
+    parts.append(common.lifted_swatch(counts, "class='fv-sw' style='background:{fill};border-color:{border}'"))
     return "<span class='fv-legend'>" + "".join(parts) + "</span>"
 
 

@@ -106,8 +106,8 @@ Float32 only (the CPU kernel); tolerance 1e-3 relative (the kernel sums in a dif
                                          m.mask.producer())
             except Reject as why:
                 logger.info("attention_fusion: Softmax %s not fused: %s", node.name, why)
-                nearmiss.note(m.nodes or [node], why.at or node, str(why), hint=why.hint, kind=why.kind,
-                              rule="attention")
+                nearmiss.note(m.nodes or [node], why.at or node, str(why), rule="attention",
+                              **nearmiss.fixable(why.at, why.hint, why.kind))
                 continue
             projs = info["projs"]
             w = np.concatenate([p.w for p in projs], axis=1).astype(np.float32)

@@ -170,19 +170,25 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
     if not mms:
         kind = "qdq" if ctx_mm.op_type in ("QuantizeLinear", "DequantizeLinear") else "form"
         raise Reject(f"Softmax is followed by {ctx_mm.op_type}, not MatMul(probs, V)", ctx_mm, kind=kind)
+    m.nodes.append(ctx_mm)
     if not single_use(ctx_mm.outputs[0]):
         raise other_uses(ctx_mm.outputs[0], "context", *[u.node for u in ctx_mm.outputs[0].uses()][:1])
     ctx_t = ctx_mm.outputs[0].uses()[0].node
     if ctx_t.op_type != "Transpose" or perm_of(ctx_t) != [0, 2, 1, 3] or ctx_t.outputs[0].is_graph_output():
-        raise Reject("context is not transposed back with perm (0,2,1,3)")
+        raise Reject("context is not transposed back with perm (0,2,1,3)", ctx_t, kind="form")
+    m.nodes.append(ctx_t)
     # TorchScript computes the output reshape target from Shape(context): such uses die with it.
     users = [u.node for u in ctx_t.outputs[0].uses()]
     reshapes = [n for n in users if n.op_type == "Reshape"]
     if len(reshapes) != 1 or any(n.op_type not in ("Reshape", "Shape") for n in users):
-        raise Reject("transposed context has uses other than its reshape")
+        if not reshapes:
+            raise Reject(f"the transposed context is read by {users[0].op_type if users else 'no node'}, not "
+                         "reshaped back to (B, S, hidden)", users[0] if users else ctx_t, kind="form")
+        raise other_uses(ctx_t.outputs[0], "transposed context", *reshapes[:1],
+                         *[n for n in users if n.op_type == "Shape"])
     ctx_r = reshapes[0]
     if ctx_r.inputs[0] is not ctx_t.outputs[0]:
-        raise Reject("context is not reshaped back to (B, S, hidden)")
+        raise Reject("context is not reshaped back to (B, S, hidden)", ctx_r, kind="form")
     tgt = const_value(ctx_r.inputs[1])
     cat = produced_by(ctx_r.inputs[1], "Concat")
     rank = tgt.size if tgt is not None else (len(cat.inputs) if cat is not None else None)
@@ -191,7 +197,7 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
         rank = len(out_shape)
     if rank != 3:
         raise Reject("context reshape target is not 3-D (B, S, hidden)")
-    m.nodes += [ctx_mm, ctx_t, ctx_r]
+    m.nodes.append(ctx_r)
     # scores [+ mask]
     s = softmax.inputs[0]
     add = produced_by(s, "Add")
