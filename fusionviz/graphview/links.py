@@ -8,7 +8,7 @@ Rules (the code points back to them):
    have the same key (a node that kept its name). So a FusedConv made from Conv + BatchNorm +
    Relu links to those three, and each of them links back to the FusedConv.
 3. The relation is said in words from the diff status (fused, replaced, changed, new, unchanged,
-   removed) and, for removed nodes that went into no other node, from what the pass that dropped
+   lifted, removed) and, for removed nodes that went into no other node, from what the pass that dropped
    them recorded (``fates``: folded into a constant, removed as a no-op, ...).
 4. Pairs without provenance (onnxruntime's own graph) link by key only; a removed node then
    says that this graph records no provenance.
@@ -207,6 +207,9 @@ class Links:
         if status == "changed":
             if others and others != [key]:
                 return f"Replaces {_list(ops, others)}{by}."
+            what = self.diff.what.get(key) if self.diff is not None else None
+            if what:
+                return f"Changed: {'; '.join(what)}{by}."
             return f"Changed: same node, new attributes or weights{by}."
         if status == "added":
             return f"New: no node of the before graph went into it{by}."
@@ -223,6 +226,11 @@ class Links:
                 return (f"Kept its name and absorbed {len(absorbed)} node{'s' if len(absorbed) != 1 else ''}: "
                         f"now {_list(ops, others)}{by}.")
             return f"Changed: now {_list(ops, others)}{by}."
+        if status == "lifted":
+            init = self.diff.lifted_to.get(key) if self.diff is not None else None
+            where = f" '{_short(init, 40)}'" if init else ""
+            return (f"Lifted to initializer{where}: the same value reaches the same nodes, now as an "
+                    "initializer instead of a Constant node (no change).")
         # removed
         if others:
             into = self.diff.fused_into.get(key) if self.diff is not None else None

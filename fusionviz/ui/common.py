@@ -24,6 +24,7 @@ from typing import Any
 import streamlit as st
 
 from fusionviz import errors
+from fusionviz.graphview.dot import STATUS_STYLE, STATUS_TITLE
 from fusionviz.ui import cache, state
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,17 @@ LEGEND = (
     ("changed", "#ffe2a8", "#d97706"),
     ("unchanged (colour = op family)", "#ffffff", "#7a7a7a"),
 )
+#: Shown after LEGEND only when a diff lifted Constant nodes to initializers (no change).
+LIFTED_LEGEND = (STATUS_TITLE["lifted"], *STATUS_STYLE["lifted"][:2])
+
+
+def lifted_swatch(counts: dict | None, sw_style: str) -> str:
+    """The "lifted to initializer" legend entry with its count, or "" when nothing was lifted."""
+    n = int((counts or {}).get("lifted", 0) or 0)
+    if not n:
+        return ""
+    label, fill, border = LIFTED_LEGEND
+    return f"<span {sw_style.format(fill=fill, border=border)}></span>{label} <b>{n:,}</b>"
 
 
 @contextmanager
@@ -172,6 +184,11 @@ def legend(counts: dict | None = None) -> None:
             f"border:2px solid {border};border-radius:3px;margin:0 0.35em 0 1em;"
             f"vertical-align:middle'></span>{label}{n}"
         )
+    lifted = lifted_swatch(counts, "style='display:inline-block;width:1.1em;height:0.8em;background:{fill};"
+                                   "border:2px dotted {border};border-radius:3px;margin:0 0.35em 0 1em;"
+                                   "vertical-align:middle'")
+    if lifted:
+        parts.append(lifted)
     st.markdown("<div style='font-size:0.9em'>" + "".join(parts) + "</div>", unsafe_allow_html=True)
 
 
