@@ -21,6 +21,9 @@ Drawing rules (model_graph, collapse and dot hold theirs):
 6. More selected nodes than ``max_nodes``: with ``auto_collapse`` the name scopes are collapsed
    into blocks (the note says so); what still does not fit is cut at the cap, and the note says
    to focus a node.
+7. Near misses (``RenderOptions.near_misses``) are drawn on its nodes: the matched ones outlined
+   dashed in violet, the node that blocked the rewrite in pink with "near miss: <reason>" in its
+   label, both in the legend; without a focus the picture is their neighbourhood.
 """
 
 from __future__ import annotations
@@ -80,6 +83,9 @@ class RenderOptions:
         show_shapes: label edges with shape and dtype (small pictures only).
         rankdir: "TB" or "LR".
         legend: add a legend node to the DOT (the UI can draw ``Rendered.legend`` itself).
+        near_misses: ``(nodes, blocker, reason)`` of each near miss to draw (rule 7): the
+            matched nodes outlined dashed, the blocking node marked with the reason beside it;
+            one near miss and no ``focus``: the picture is cut to its neighbourhood (``hops``).
     """
 
     collapse: bool = False
@@ -93,6 +99,7 @@ class RenderOptions:
     rankdir: str = "TB"
     legend: bool = True
     auto_collapse: bool = False
+    near_misses: tuple[tuple[tuple[str, ...], str | None, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,9 +270,12 @@ def render_graph(model: onnx.ModelProto, *, diff: GraphDiff | None = None, side:
     selected = {n.key for n in dg.nodes}
     notes: list[str] = []
     focus_key = None
+    near = _near_miss_keys(dg, opts.near_misses)
     if opts.focus:
         focus_key = resolve_node(dg, opts.focus)
         selected = neighbourhood(dg, [focus_key], opts.hops)
+    elif len(opts.near_misses) == 1 and near.blocked:
+        selected = neighbourhood(dg, [*near.matched, *near.blocked], opts.hops)
     if opts.changed_only:
         if diff is None:
             raise errors.RenderError("'changed only' needs two snapshots to compare (a diff).")
@@ -295,6 +305,28 @@ def render_graph(model: onnx.ModelProto, *, diff: GraphDiff | None = None, side:
     return Rendered(dot=dot, drawn=drawn, total=total, note=" ".join(notes) or None,
                     node_ids=node_ids, scope_ids=scope_ids, legend=legend, focus=focus_key,
                     item_ids=item_ids, auto_collapsed=auto)
+
+
+@dataclasses.dataclass(frozen=True)
+class _NearMarks:
+    matched: set[str]
+    blocked: dict[str, list[str]]  # node key -> the reasons it blocked
+
+
+def _near_miss_keys(dg: DisplayGraph, near_misses) -> _NearMarks:
+    """Rule 7: the drawn nodes each near miss marks. A blocker that is not drawn (a Constant
+    folded into its consumer's label) is marked on the deepest matched node, which reads it."""
+    marks = _NearMarks(set(), {})
+    for nodes, blocker, reason in near_misses:
+        keys = [n for n in nodes if n in dg.by_key]
+        if blocker not in dg.by_key:
+            if not keys:
+                continue
+            keys, blocker = keys[:-1], keys[-1]
+        marks.matched.update(keys)
+        marks.blocked.setdefault(blocker, []).append(reason)
+    marks.matched.difference_update(marks.blocked)
+    return marks
 
 
 # Shape inference and the display graph are the slowest steps on big models (20,000 nodes:
@@ -339,6 +371,7 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
     families: set[str] = set()
     statuses: set[str] = set()
     hub_counts = {t: len(dg.consumers.get(t, ())) for t in dg.hubs}
+    near = _near_miss_keys(dg, opts.near_misses)
     for i, item in enumerate(sel.items):
         name = f"n{i}"
         dot_name[item] = name
@@ -360,6 +393,12 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
             item_eid[item] = eid
             hubs = [t for t in n.inputs if t in dg.hubs]
             lines = _node_lines(n, st, diff, side, hubs, hub_counts)
+            if n.key in near.matched or n.key in near.blocked:  # rule 7
+                style = style.replace(",dashed", "") + ",dashed"
+                border, pen = (D.NEAR_MISS_BLOCKER, "4") if n.key in near.blocked else (D.NEAR_MISS_MATCHED, "3")
+                for reason in near.blocked.get(n.key, ()):
+                    lines.extend((D.shorten(t, 48), D.NEAR_MISS_BLOCKER, 9, True)
+                                 for t in _wrap(("near miss: " + reason).split(" "), width=44))
             lines.extend((f"▸ {D.shorten(D.clean(t), 26)} (hub, {hub_counts[t]} uses)", "#6b7280", 9, False)
                          for t in n.outputs if t in dg.hubs)
             label = D.html_label(lines)
@@ -479,6 +518,9 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
         msg = notes[0] if notes else "Nothing to draw."
         out.append("  empty " + D.attrs(label=msg, shape="plaintext", fontsize="12") + ";")
     legend = _legend(families, statuses, diff is not None)
+    if near.blocked:
+        legend += [("near miss: matched so far", "#ffffff", D.NEAR_MISS_MATCHED),
+                   ("near miss: blocked here", "#ffffff", D.NEAR_MISS_BLOCKER)]
     if opts.legend and legend and drawn:
         out.append("  legend " + D.attrs(label=_legend_label(legend), shape="plaintext",
                                            style="filled", fillcolor="white", color="white",

@@ -72,6 +72,9 @@ STATUS_STYLE = {
     "changed": ("#ffe2a8", "#d97706", "rounded,filled,bold"),
     "lifted": ("#f4f4f5", "#a1a1aa", "rounded,filled,dotted"),
 }
+#: Near-miss outlines (build rule 7): apart from the change colours, the selection and search marks.
+NEAR_MISS_MATCHED = "#7c3aed"
+NEAR_MISS_BLOCKER = "#db2777"
 STATUS_TITLE = {"fused": "fused / new", "removed": "removed", "changed": "changed",
                 "lifted": "lifted to initializer", "unchanged": "unchanged"}
 
