@@ -129,3 +129,8 @@ class RenderError(FusionvizError):
 
 class BenchError(FusionvizError):
     """A benchmark worker failed, timed out or ran out of memory."""
+
+
+class GraphPathError(FusionvizError):
+    """A body path (``NODE/then_branch``, nested ``NODE/then_branch/NODE/body``) names no
+    If/Loop/Scan body of the model; the message names the bodies there are."""

@@ -1,4 +1,4 @@
-"""`render MODEL [--diff OTHER.onnx | --compiled openvino|tvm] [--focus NODE --hops K] ... -o OUT.(dot|svg)`.
+"""`render MODEL [--diff OTHER.onnx | --compiled openvino|tvm] [--graph PATH] [--focus NODE --hops K] ... -o OUT.(dot|svg)`.
 
 MODEL is drawn; with ``--diff OTHER``, MODEL is the *before* snapshot and OTHER the *after*
 one, and the picture is OTHER with its fused/new/changed nodes highlighted (``--side before``
@@ -6,6 +6,8 @@ draws MODEL with the removed nodes highlighted instead). With ``--compiled BACKE
 is compiled by that backend and the picture is the graph it executes: one box per executed
 layer with the ONNX nodes it absorbed (``--layer-times`` measures per-layer times first);
 ``--side before`` draws MODEL instead, each absorbed node marked with the layer it went into.
+``--graph NODE/then_branch`` draws a control-flow body instead of the main graph (nested:
+``If_0/then_branch/Loop_3/body``); with ``--diff`` the same body of both models is compared.
 SVG is laid out in-process by pygraphviz; when it is missing the command says so and exits 2
 (write .dot instead).
 """
@@ -30,6 +32,9 @@ def register(sub) -> None:
     p.add_argument("--diff", metavar="OTHER.onnx", help="the 'after' model: highlight what changed")
     p.add_argument("--side", choices=("after", "before"), default="after",
                    help="with --diff: draw the after model (default) or the before model")
+    p.add_argument("--graph", metavar="PATH",
+                   help="draw the If/Loop/Scan body PATH (NODE/then_branch, nested NODE/body/NODE/else_branch) "
+                        "instead of the main graph")
     p.add_argument("--focus", metavar="NODE", help="draw only NODE and its neighbours")
     p.add_argument("--hops", type=int, default=2, metavar="K", help="neighbourhood size for --focus")
     p.add_argument("--collapse", action="store_true", help="draw name scopes as boxes")
@@ -71,9 +76,14 @@ def run(args) -> int:
     if args.changed_only and not args.diff:
         raise errors.RenderError("--changed-only needs --diff OTHER.onnx to compare against.")
     model = load_model_arg(args.model).proto
+    other = load_model_arg(args.diff).proto if args.diff else None
+    if args.graph:
+        from fusionviz.graphview.bodies import body_model
+
+        model = body_model(model, args.graph, where=Path(args.model).name)
+        other = body_model(other, args.graph, where=Path(args.diff).name) if other is not None else None
     diff = None
-    if args.diff:
-        other = load_model_arg(args.diff).proto
+    if other is not None:
         diff = diff_models(model, other)
         if args.side == "after":
             model = other
@@ -83,7 +93,8 @@ def run(args) -> int:
                             context_hops=args.context_hops, rankdir=args.rankdir, **kw)
     rendered = render_graph(model, diff=diff, side=args.side, options=options)
     _write(rendered, out, fmt, render_svg)
-    msg = f"wrote {out} ({rendered.drawn:,} of {rendered.total:,} nodes drawn)"
+    where = f" of body {args.graph}" if args.graph else ""
+    msg = f"wrote {out} ({rendered.drawn:,} of {rendered.total:,} nodes{where} drawn)"
     if diff is not None:
         msg += "; " + diff.summary()
     sys.stderr.write(msg + "\n")
@@ -117,9 +128,9 @@ def _run_compiled(args, out: Path, fmt: str) -> int:
         render_executed,
     )
 
-    if args.diff or args.focus or args.collapse or args.changed_only:
+    if args.diff or args.focus or args.collapse or args.changed_only or args.graph:
         raise errors.RenderError("--compiled draws the executed graph; it cannot be combined with "
-                                 "--diff, --focus, --collapse or --changed-only.")
+                                 "--diff, --graph, --focus, --collapse or --changed-only.")
     if args.threads < 1:
         raise errors.RenderError("--threads must be at least 1.")
     if args.max_nodes is not None and args.max_nodes < 1:

@@ -149,3 +149,55 @@ def transformer_model(layers: int, *, hidden: int = 16, heads: int = 2, opset: i
 def transformer_with_nodes(total_nodes: int, **kwargs) -> onnx.ModelProto:
     """A :func:`transformer_model` with about ``total_nodes`` nodes (never fewer)."""
     return transformer_model(layers_for(total_nodes), **kwargs)
+
+
+_CONTROL_FLOW_TEXT = """<ir_version: 8, opset_import: ["" : 17]>
+vad (float[1,8] x, int64 sr) => (float[1,8] y, float[1,8] z) <float[8,8] w, float[8] b> {
+    k = Constant<value = int64 {16000}>()
+    c = Equal(sr, k)
+    y = If(c) <
+        then_branch = speech () => (float[1,8] t_out) {
+            t1 = Identity(x)
+            t2 = MatMul(t1, w)
+            t3 = Add(t2, b)
+            t_out = Relu(t3)
+        },
+        else_branch = silence () => (float[1,8] e_out) {
+            e_out = Sigmoid(x)
+        }
+    >
+    trip = Constant<value = int64 {3}>()
+    go = Constant<value = bool {1}>()
+    z = Loop(trip, go, x) <
+        body = steps (int64 i, bool cin, float[1,8] acc) => (bool cout, float[1,8] acc2) {
+            cout = Identity(cin)
+            s = Add(acc, x)
+            acc2 = If(c) <
+                then_branch = keep () => (float[1,8] r) { r = Relu(s) },
+                else_branch = flip () => (float[1,8] r2) { r2 = Neg(s) }
+            >
+        }
+    >
+}"""
+
+
+def control_flow_model() -> onnx.ModelProto:
+    """A small model with control flow, for the body views: an If whose ``then_branch`` reads
+    outer weights (``Identity → MatMul → Add → Relu``; identity elimination changes it) and
+    whose ``else_branch`` is one ``Sigmoid``; a Loop whose body holds a nested If reading a
+    value of the main graph (``c``) and one of the body (``s``). Nodes are named ``If_2``,
+    ``Loop_5``; a body's nodes carry its graph's name (``speech/MatMul_1``)."""
+    m = onnx.parser.parse_model(_CONTROL_FLOW_TEXT)
+    rng = np.random.default_rng(0)
+    del m.graph.initializer[:]
+    m.graph.initializer.extend([numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"),
+                                numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")])
+    stack = [(m.graph, "")]
+    while stack:
+        g, prefix = stack.pop()
+        for i, n in enumerate(g.node):
+            n.name = f"{prefix}{n.op_type}_{i}"
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    stack.append((a.g, f"{a.g.name}/"))
+    return m
