@@ -19,6 +19,14 @@ defaults for symbolic dims), so the plan describes the very inputs the benchmark
    step, which is what an allocator that reuses dead buffers (or works in place) needs.
 5. A tensor whose shape or type inference cannot give is counted in ``unknown_tensors`` and
    contributes 0 bytes; the figures are then lower bounds.
+6. Control-flow bodies (If/Loop/Scan subgraphs) are planned the same way, and their tensors are
+   live during the step of the node that holds them: an If counts its larger branch (by its
+   peak; the branch not taken allocates nothing), a Loop or Scan its body once (one iteration's
+   buffers, reused by the next), at any nesting depth. The body's peak adds to that step's live
+   bytes; its tensors join ``tensors`` with ``body`` set to the body's path (``If_0/then_branch``,
+   as ``graphview.bodies`` names it). Weights of every body count in ``weight_bytes`` (a runtime
+   loads both branches). FLOPs follow the same choice: an If costs its larger branch, a Loop one
+   iteration of its body.
 
 **Cost conventions:** a MAC is one multiply-add; FLOPs count 2 per MAC plus one per element for
 bias, activation, element-wise, normalization (BatchNorm 2, LayerNorm-family 5, Softmax 3 per
@@ -221,20 +229,55 @@ def infer_tensor_info(model: onnx.ModelProto,
 
 
 def _collect(m: onnx.ModelProto) -> dict[str, _TensorInfo]:
+    """Shapes and types of the main graph and of every body (names are unique model-wide)."""
     info: dict[str, _TensorInfo] = {}
-    g = m.graph
-    for t in g.initializer:
-        info[t.name] = _TensorInfo(tuple(int(d) for d in t.dims), t.data_type)
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        ti = _vi_info(vi)
-        if ti is not None and (ti.dims is not None or vi.name not in info):
-            info[vi.name] = ti
-    for n in g.node:
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            for a in n.attribute:
-                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                    info[n.output[0]] = _TensorInfo(tuple(int(d) for d in a.t.dims), a.t.data_type)
+    for g in _all_graphs(m.graph):
+        for t in g.initializer:
+            info[t.name] = _TensorInfo(tuple(int(d) for d in t.dims), t.data_type)
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            ti = _vi_info(vi)
+            if ti is not None and (ti.dims is not None or vi.name not in info):
+                info[vi.name] = ti
+        for n in g.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+                for a in n.attribute:
+                    if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                        info[n.output[0]] = _TensorInfo(tuple(int(d) for d in a.t.dims), a.t.data_type)
     return info
+
+
+#: Bodies listed first, in this order; others follow in the node's attribute order.
+_BODY_ORDER = {"then_branch": 0, "else_branch": 1, "body": 2}
+
+
+def _bodies(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
+    """(attribute segment, graph) for every body ``node`` holds (``graphview.bodies`` rule 1)."""
+    out: list[tuple[str, onnx.GraphProto]] = []
+    for a in sorted(node.attribute, key=lambda a: _BODY_ORDER.get(a.name, len(_BODY_ORDER))):
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append((a.name, a.g))
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend((f"{a.name}[{i}]", g) for i, g in enumerate(a.graphs))
+    return out
+
+
+def _all_graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """``graph`` and every body nested in it (iterative: any depth)."""
+    out = []
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        out.append(g)
+        for n in g.node:
+            stack.extend(b for _, b in _bodies(n))
+    return out
+
+
+def _body_keys(graph: onnx.GraphProto) -> list[str]:
+    """Display keys of ``graph``'s nodes (the node part of a body path)."""
+    from fusionviz.graphview.model_graph import node_keys
+
+    return node_keys(graph.node)
 
 
 def _execution_order(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
@@ -315,6 +358,7 @@ class TensorLife:
         op_type: op of the producing node.
         shape: inferred shape, or None when unknown.
         is_output: True for graph outputs.
+        body: the path of the control-flow body it lives in ("" in the main graph; rule 6).
     """
 
     name: str
@@ -324,6 +368,7 @@ class TensorLife:
     op_type: str = ""
     shape: tuple[int, ...] | None = None
     is_output: bool = False
+    body: str = ""
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -368,37 +413,48 @@ class MemoryPlan:
 
 
 def _weight_bytes(model: onnx.ModelProto) -> int:
+    """Initializers and Constant tensors of the main graph and of every body (rule 6)."""
     total = 0
-    for t in model.graph.initializer:
-        ti = _TensorInfo(tuple(int(d) for d in t.dims), t.data_type)
-        total += ti.nbytes or 0
-    for n in model.graph.node:
-        if n.op_type == "Constant":
-            for a in n.attribute:
-                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                    total += _TensorInfo(tuple(int(d) for d in a.t.dims), a.t.data_type).nbytes or 0
+    for g in _all_graphs(model.graph):
+        for t in g.initializer:
+            ti = _TensorInfo(tuple(int(d) for d in t.dims), t.data_type)
+            total += ti.nbytes or 0
+        for n in g.node:
+            if n.op_type == "Constant":
+                for a in n.attribute:
+                    if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                        total += _TensorInfo(tuple(int(d) for d in a.t.dims), a.t.data_type).nbytes or 0
     return total
 
 
-def memory_plan(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None) -> MemoryPlan:
-    """Static activation-memory plan of the main graph (see the module rules 1-5).
+@dataclasses.dataclass
+class _GraphPlan:
+    """The plan of one graph (steps local to it): its tensors, live bytes per step, unknowns."""
 
-    Args:
-        model: the model.
-        shapes: input shape overrides (as ``--shape``).
+    tensors: list[TensorLife]
+    live: np.ndarray
+    unknown: int
 
-    Returns:
-        A :class:`MemoryPlan`.
-    """
-    info = infer_tensor_info(model, shapes)
-    g = model.graph
+    @property
+    def peak(self) -> int:
+        return int(self.live.max()) if self.live.size else 0
+
+
+#: Bodies nested deeper than this are not planned (a hostile model can nest without end).
+MAX_BODY_DEPTH = 32
+
+
+def _plan_graph(g: onnx.GraphProto, info: Mapping[str, _TensorInfo], prefix: str = "",
+                depth: int = 0) -> _GraphPlan:
+    """Rules 1-6 for one graph; ``prefix`` is its body path ("" for the main graph)."""
     order = _execution_order(g)
     steps = len(order)
     outputs = {o.name for o in g.output}
-    inits = {t.name for t in g.initializer}
     start: dict[str, int] = {}
     end: dict[str, int] = {}
     op_of: dict[str, str] = {}
+    body_at: dict[int, list[_GraphPlan]] = {}
+    keys = None
     for t, n in enumerate(order):
         reads = set(n.input) | _subgraph_reads(n)
         for x in reads:  # rule 3: last reader
@@ -411,6 +467,16 @@ def memory_plan(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | No
                 start[o] = t
                 end[o] = t
                 op_of[o] = n.op_type
+        bodies = _bodies(n) if depth < MAX_BODY_DEPTH else []
+        if bodies:  # rule 6
+            if keys is None:
+                keys = dict(zip(map(id, g.node), _body_keys(g), strict=True))
+            key = keys.get(id(n), n.name)
+            plans = [_plan_graph(b, info, f"{prefix}/{key}/{seg}" if prefix else f"{key}/{seg}", depth + 1)
+                     for seg, b in bodies]
+            if n.op_type == "If" and n.domain in ("", "ai.onnx"):
+                plans = [max(plans, key=lambda p: p.peak)]  # first of equals: then_branch
+            body_at[t] = plans
     last = max(steps - 1, 0)
     tensors: list[TensorLife] = []
     unknown = 0
@@ -421,12 +487,35 @@ def memory_plan(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | No
         if nbytes is None:
             unknown += 1  # rule 5
         tensors.append(TensorLife(name, int(nbytes or 0), s, e, op_of.get(name, ""),
-                                  ti.dims if ti is not None else None, name in outputs))
+                                  ti.dims if ti is not None else None, name in outputs, prefix))
     diff = np.zeros(steps + 1, dtype=np.int64)
     for tl in tensors:
         diff[tl.start] += tl.bytes
         diff[tl.end + 1] -= tl.bytes
+    for t, plans in body_at.items():  # rule 6: a body lives within its node's step
+        for p in plans:
+            diff[t] += p.peak
+            diff[t + 1] -= p.peak
+            unknown += p.unknown
+            tensors.extend(dataclasses.replace(tl, start=t, end=t, is_output=False) for tl in p.tensors)
     live = np.cumsum(diff)[:steps] if steps else np.zeros(0, dtype=np.int64)
+    return _GraphPlan(tensors, live, unknown)
+
+
+def memory_plan(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None) -> MemoryPlan:
+    """Static activation-memory plan of the model, bodies included (see the module rules 1-6).
+
+    Args:
+        model: the model.
+        shapes: input shape overrides (as ``--shape``).
+
+    Returns:
+        A :class:`MemoryPlan`.
+    """
+    info = infer_tensor_info(model, shapes)
+    plan = _plan_graph(model.graph, info)
+    tensors, live = plan.tensors, plan.live
+    inits = {t.name for t in model.graph.initializer}
     from fusionviz.inputs import graph_inputs
 
     input_bytes = 0
@@ -440,9 +529,9 @@ def memory_plan(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | No
         peak_bytes_reuse=int(live.max()) if live.size else 0,
         weight_bytes=_weight_bytes(model),
         input_bytes=int(input_bytes),
-        steps=steps,
+        steps=len(live),
         live_bytes=tuple(int(x) for x in live),
-        unknown_tensors=unknown,
+        unknown_tensors=plan.unknown,
     )
 
 
@@ -557,20 +646,36 @@ def model_cost(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | Non
         A :class:`Cost`; ``params`` counts each initializer and Constant tensor once.
     """
     info = infer_tensor_info(model, shapes)
-    g = model.graph
     weights: dict[str, int] = {}
-    for t in g.initializer:
-        weights[t.name] = int(np.prod(t.dims, dtype=np.int64)) if len(t.dims) else 1
-    for n in g.node:
-        if n.op_type == "Constant":
-            ti = info.get(n.output[0]) if n.output else None
-            if ti is not None and ti.numel is not None:
-                weights[n.output[0]] = ti.numel
+    for g in _all_graphs(model.graph):  # rule 6: every body's weights
+        for t in g.initializer:
+            weights[t.name] = int(np.prod(t.dims, dtype=np.int64)) if len(t.dims) else 1
+        for n in g.node:
+            if n.op_type == "Constant":
+                ti = info.get(n.output[0]) if n.output else None
+                if ti is not None and ti.numel is not None:
+                    weights[n.output[0]] = ti.numel
+    flops, macs, unknown, per_node = _graph_cost(model.graph, info, weights, 0)
+    return Cost(int(flops), int(macs), int(sum(weights.values())), tuple(per_node), unknown)
+
+
+def _graph_cost(g: onnx.GraphProto, info: Mapping[str, _TensorInfo], weights: Mapping[str, int],
+                depth: int) -> tuple[int, int, int, list[dict]]:
+    """(flops, macs, unknown nodes, per-node rows) of one graph; a node holding bodies costs
+    its larger If branch, or its Loop/Scan body once (rule 6)."""
     per_node = []
     flops = macs = 0
     unknown = 0
     for n in _execution_order(g):
         f, m, known = node_cost(n, info)
+        bodies = _bodies(n) if depth < MAX_BODY_DEPTH else []
+        if bodies:
+            costs = [_graph_cost(b, info, weights, depth + 1)[:3] for _, b in bodies]
+            if n.op_type == "If" and n.domain in ("", "ai.onnx"):
+                costs = [max(costs, key=lambda c: c[0])]
+            f += sum(c[0] for c in costs)
+            m += sum(c[1] for c in costs)
+            unknown += sum(c[2] for c in costs)
         p = sum(weights.get(x, 0) for x in set(n.input) if x)
         if not known:
             unknown += 1
@@ -578,4 +683,4 @@ def model_cost(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | Non
         macs += m
         per_node.append({"name": n.name, "op_type": n.op_type, "flops": int(f), "macs": int(m),
                          "params": int(p), "known": known})
-    return Cost(int(flops), int(macs), int(sum(weights.values())), tuple(per_node), unknown)
+    return flops, macs, unknown, per_node

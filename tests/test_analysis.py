@@ -133,3 +133,72 @@ def test_conv_bn_relu_fusion_lowers_intermediate_bytes_on_resnet():
     # FLOPs: the convolutions' MACs are unchanged; BN (and separate ReLU) work is gone.
     assert model_cost(fused).macs == model_cost(m).macs
     assert model_cost(fused).flops < model_cost(m).flops
+
+
+# ------------------------------------------------------------------ control-flow bodies (rule 6)
+
+IF_MODEL = """g (float[1,1000] x, bool c) => (float[1,1000] y) {
+    y = If(c) <
+        then_branch = a () => (float[1,1000] t) { t1 = Relu(x) t2 = Sigmoid(t1) t = Tanh(t2) },
+        else_branch = e () => (float[1,1000] f) { f = Neg(x) }
+    >
+}"""
+
+
+def test_if_counts_its_larger_branch():
+    plan = memory_plan(parse(IF_MODEL))
+    # then_branch: t1, t2, t (4000 B each) beside the If's own output y; else_branch is smaller.
+    assert plan.sum_intermediate_bytes == 12000
+    assert plan.peak_bytes_no_reuse == 16000
+    assert plan.peak_bytes_reuse == 4000 + 8000  # y, and the branch's own peak (t2 + t)
+    assert plan.unknown_tensors == 0
+    assert {t.name: t.body for t in plan.tensors} == {"y": "", "t1": "#0/then_branch",
+                                                      "t2": "#0/then_branch", "t": "#0/then_branch"}
+    assert model_cost(parse(IF_MODEL)).flops == 3000  # Relu, Sigmoid, Tanh over 1000 elements
+
+
+def test_loop_counts_its_body_once():
+    plan = memory_plan(parse("""g (float[1,1000] x) => (float[1,1000] z) {
+        trip = Constant<value = int64 {3}>()
+        go = Constant<value = bool {1}>()
+        z = Loop(trip, go, x) <
+            body = b (int64 i, bool cin, float[1,1000] acc) => (bool cout, float[1,1000] acc2) {
+                cout = Identity(cin)
+                s = Add(acc, x)
+                acc2 = Relu(s)
+            }
+        >
+    }"""))
+    body = {t.name: t.bytes for t in plan.tensors if t.body == "#2/body"}
+    assert body == {"cout": 1, "s": 4000, "acc2": 4000}
+    assert plan.sum_intermediate_bytes == 8001 and plan.peak_bytes_no_reuse == 12001
+
+
+def test_nested_bodies_and_body_weights_count():
+    from fusionviz.graphview.synthetic import control_flow_model
+
+    m = control_flow_model()
+    plan = memory_plan(m, {"x": [1, 8]})
+    assert {t.body for t in plan.tensors} == {"", "If_2/then_branch", "Loop_5/body",
+                                              "Loop_5/body/steps/If_2/then_branch"}
+    assert plan.unknown_tensors == 0
+    with_const = parse("""g (float[2] x, bool c) => (float[2] y) {
+        y = If(c) <
+            then_branch = a () => (float[2] t) { two = Constant<value = float[2] {2.0, 2.0}>() t = Mul(x, two) },
+            else_branch = e () => (float[2] f) { f = Neg(x) }
+        >
+    }""")
+    assert memory_plan(with_const).weight_bytes == 8
+    assert model_cost(with_const).params == 2
+
+
+def test_silero_vad_memory_is_its_branches_not_one_byte():
+    from fusionviz.corpus import load_manifest
+    from fusionviz.corpus.fetch import path_of, select
+
+    path = path_of(select(load_manifest(), only=["silero_vad_v6"])[0])
+    if path is None:
+        pytest.skip("silero_vad_v6 is not in the corpus cache (python -m fusionviz.corpus.fetch)")
+    plan = memory_plan(onnx.load(path), {"input": [1, 512], "state": [2, 1, 128]})
+    assert plan.sum_intermediate_bytes > 100_000 and plan.peak_bytes_reuse > 100_000
+    assert plan.weight_bytes > 2_000_000  # both branches' weights
