@@ -13,7 +13,8 @@ Rules (the code points back to them):
    (a model whose nodes all sit in one scope is drawn node by node); a selection bigger than the
    cap is collapsed automatically whatever the toggle says, and the page offers a focus.
 4. The focused node lives in the URL (``?focus=NODE``): a link reproduces the view. Only that
-   parameter is read or written here; the others belong to the rest of the app.
+   parameter is read or written here; the others belong to the rest of the app (the open
+   If/Loop/Scan body, ``?body=``, to ``body_view``).
 5. The first screen is the graph: one compact bar of controls above two panes that fill the
    window (1600×1000: the panes start about 200 px down).
 6. A rerun that changes nothing in the view lays nothing out again (SVG kept per DOT text), big
@@ -36,7 +37,7 @@ import onnx
 import streamlit as st
 
 from fusionviz import errors
-from fusionviz.ui import cache, common, compiled_view, state
+from fusionviz.ui import body_view, cache, common, compiled_view, state
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator
@@ -566,19 +567,28 @@ def body() -> None:
     loaded = common.require_model()
     st.markdown(_CSS, unsafe_allow_html=True)
     _focus_from_url()
+    body_view.from_url()
     result = common.current_pipeline()
     view = compiled_view.view_choice()  # "compiled by OpenVINO / TVM" lives in compiled_view.py
     if view != "passes":
         return compiled_view.body(loaded, result, view)
     choice = st.session_state.get(state.COMPARE, "current")
     before, after, key, caption = pick_pair(loaded, result, choice)
+    whole = (key, before, after)
+    reports = tuple(_pair_reports(result, choice))
+    opened = body_view.open_pair(key, before, after, reports, provenance=not choice.startswith("ort:"))
+    if opened is not None:  # an If/Loop/Scan body in both panes (body_view rule 2)
+        before, after, key = opened.before, opened.after, opened.key
     diff = cache.diff(key, before, after)
-    links = _links(key, not choice.startswith("ort:"), before, after, diff, tuple(_pair_reports(result, choice)))
+    links = _links(key, not choice.startswith("ort:"), before, after, diff, reports)
+    if opened is not None and opened.missing:
+        diff = None  # one side has no such body: nothing to colour (body_view rule 3)
     _take_clicks(links)
     collapse_on = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("collapse", True))
 
     _header(caption, getattr(diff, "counts", None))
     view_box, export_box = _toolbar(result, collapse_on)
+    body_view.bar(*whole, opened, links, selection(links))
 
     focus = st.session_state.get(state.FOCUS)
     if focus and not (links.has("before", focus) or links.has("after", focus)):
@@ -587,6 +597,9 @@ def body() -> None:
         focus = None
     rendered: dict[str, Rendered | None] = {}
     for side, model in (("before", before), ("after", after)):
+        if opened is not None and opened.missing == side:
+            rendered[side] = None
+            continue
         opts = common.render_options(focus=_side_focus(links, focus, side), max_nodes=max_draw(),
                                      collapse=collapse_on, auto_collapse=True)
         try:
@@ -618,6 +631,8 @@ def body() -> None:
             if rendered.get(side) is not None:
                 _draw_pane(side, rendered[side], height=STACKED_HEIGHT if stacked else PANE_HEIGHT,
                            pending=pending, **marks[side])
+            elif opened is not None and opened.missing == side:
+                body_view.missing_pane(side, opened, STACKED_HEIGHT if stacked else PANE_HEIGHT)
     if cp is not None:
         shown = len(marks[cp.other_side]["linked_ids"])
         if cp.others and not shown:
@@ -632,6 +647,7 @@ def body() -> None:
         except errors.FusionvizError as exc:
             st.error(str(exc))
     _focus_to_url()
+    body_view.to_url()
     _lay_out_the_rest(pending)
 
 

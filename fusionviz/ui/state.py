@@ -15,7 +15,7 @@ Rules:
 3. After every run the URL mirrors the model (``sample`` or ``model``), the passes and the
    benchmark's onnxruntime level (``level``), so a view can be shared by copying the address
    (``sync_query_params``). Only these keys are written; any other query parameter (the Graph
-   page's ``focus``) is left alone.
+   page's ``focus`` and ``body``) is left alone.
 4. What the user says about the inputs (symbolic dims, scalar values, an uploaded .npz/.npy)
    is one :class:`fusionviz.inputs.InputSpec` (``input_spec``); the plan made from it
    (``input_plan``: fusionviz's choices for the rest, probed on the original model) drives the
@@ -51,6 +51,7 @@ VALUES = "fv_values"  # {input name: number}: values the user set for scalar inp
 DATA = "fv_data"  # {"sha": model sha256, "label": file name, "arrays": {input: ndarray}} | None
 DATA_ERROR = "fv_data_error"  # one line about a rejected inputs file, or None
 FOCUS = "fv_focus"  # node name to focus the graph on, or None
+BODY = "fv_body"  # path of the If/Loop/Scan body the Graph page shows, or None (the main graph)
 SELECTED = "fv_selected"  # node whose details are shown, or None
 COMPARE = "fv_compare"  # "current" | "step:K" | "ort:LEVEL"
 GRAPH_OPTS = "fv_graph_opts"  # {"hops", "collapse", "changed_only", "stacked"}
@@ -169,6 +170,7 @@ def init(argv: Sequence[str] | None = None) -> None:
     ss[DATA] = None
     ss[DATA_ERROR] = None
     ss[FOCUS] = None
+    ss[BODY] = None
     ss[SELECTED] = None
     ss[COMPARE] = "current"
     ss[GRAPH_OPTS] = dict(_DEFAULT_GRAPH_OPTS)
@@ -214,6 +216,7 @@ def set_model(loaded: LoadedModel, origin: dict, passes: Sequence[str] | None = 
     ss[DATA] = None
     ss[DATA_ERROR] = None
     ss[FOCUS] = None
+    ss[BODY] = None
     ss[SELECTED] = None
     ss[COMPARE] = "current"
     ss[BENCH] = None
