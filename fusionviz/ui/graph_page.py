@@ -37,7 +37,7 @@ import onnx
 import streamlit as st
 
 from fusionviz import errors
-from fusionviz.ui import body_view, cache, common, compiled_view, state
+from fusionviz.ui import body_view, cache, common, compiled_view, nearmiss_view, state
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator
@@ -568,10 +568,12 @@ def body() -> None:
     st.markdown(_CSS, unsafe_allow_html=True)
     _focus_from_url()
     body_view.from_url()
+    nearmiss_view.from_url()
     result = common.current_pipeline()
     view = compiled_view.view_choice()  # "compiled by OpenVINO / TVM" lives in compiled_view.py
     if view != "passes":
         return compiled_view.body(loaded, result, view)
+    near = nearmiss_view.current(result)  # may compare the step of its pass (nearmiss_view rule 2)
     choice = st.session_state.get(state.COMPARE, "current")
     before, after, key, caption = pick_pair(loaded, result, choice)
     whole = (key, before, after)
@@ -589,6 +591,9 @@ def body() -> None:
     _header(caption, getattr(diff, "counts", None))
     view_box, export_box = _toolbar(result, collapse_on)
     body_view.bar(*whole, opened, links, selection(links))
+    nearmiss_view.picker(result, near)
+    nearmiss_view.banner(near)
+    overlay = nearmiss_view.overlay(result, near) if opened is None else ()
 
     focus = st.session_state.get(state.FOCUS)
     if focus and not (links.has("before", focus) or links.has("after", focus)):
@@ -601,7 +606,7 @@ def body() -> None:
             rendered[side] = None
             continue
         opts = common.render_options(focus=_side_focus(links, focus, side), max_nodes=max_draw(),
-                                     collapse=collapse_on, auto_collapse=True)
+                                     collapse=collapse_on, auto_collapse=True, near_misses=overlay)
         try:
             rendered[side] = _render(key, side, opts, model, diff)
         except errors.FusionvizError as exc:
@@ -648,6 +653,7 @@ def body() -> None:
             st.error(str(exc))
     _focus_to_url()
     body_view.to_url()
+    nearmiss_view.to_url()
     _lay_out_the_rest(pending)
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from fusionviz import errors
-from fusionviz.ui import cache, common, state
+from fusionviz.ui import cache, common, nearmiss_view, state
 
 logger = logging.getLogger(__name__)
 
@@ -268,17 +268,22 @@ def _changes(result: Any) -> None:
     st.caption(" · ".join(f"{n} {k}" for k, n in counts.items()))
     for k, rep in enumerate(result.reports, start=1):
         n = len(rep.changes)
-        head = (f"{k}. {rep.title} {STATUS_BADGE.get(rep.status, rep.status)} — {n} change{'s' if n != 1 else ''}"
-                f" · nodes {rep.nodes_before} → {rep.nodes_after} · {rep.seconds * 1000:.0f} ms")
+        near = rep.near_miss_total
+        head = (f"{k}. {rep.title} {STATUS_BADGE.get(rep.status, rep.status)} — applied {n}"
+                + (f" · near misses {near}" if near else "")
+                + f" · nodes {rep.nodes_before} → {rep.nodes_after} · {rep.seconds * 1000:.0f} ms")
         with st.expander(head, expanded=False):
             if rep.status == "failed":
                 st.warning(f"This pass failed and was skipped (it ran after: {', '.join(rep.after) or 'no other pass'}): "
                            f"{state.scrub(rep.error or '').split(' (after:')[0]}")
             elif rep.status == "declined":
                 st.warning(f"Declined: {state.scrub(rep.declined or '')}. The pass's result was rolled back.")
-            elif not n:
-                st.caption(f"Found nothing to change in this model ({rep.note})." if rep.note
-                           else "Found nothing to change in this model.")
+            elif not n and rep.note:
+                st.caption(f"Found nothing to change in this model ({rep.note}).")
+            elif not n and not near:
+                st.caption("Found nothing to change in this model: no site got past the first op of any of "
+                           "this pass's patterns.")
+            _near_misses(rep, k)
             for j, ch in enumerate(rep.changes[:60]):
                 c1, c2 = st.columns([8, 1], vertical_alignment="center")
                 c1.markdown(f"`{ch.kind.value}` {ch.describe().split(': ', 1)[-1]}")
@@ -291,6 +296,28 @@ def _changes(result: Any) -> None:
                     common.switch("graph", focus=target)
             if n > 60:
                 st.caption(f"... and {n - 60} more (download the report below for all of them).")
+
+
+def _near_misses(rep: Any, step: int) -> None:
+    """Where the pass almost rewrote the graph: blocking node, reason, hint, and a button that
+    draws it on the Graph page (``nearmiss_view``)."""
+    if not rep.near_misses:
+        return
+    more = rep.near_miss_total - len(rep.near_misses)
+    st.markdown(f"**Near misses** — {rep.near_miss_total} site{'s' if rep.near_miss_total != 1 else ''} where "
+                "the rewrite almost fired" + (f" (the {len(rep.near_misses)} deepest shown)" if more else "") + ":")
+    for j, near in enumerate(rep.near_misses[:20]):
+        c1, c2 = st.columns([8, 1], vertical_alignment="center")
+        where = f"at `{near.blocker}`: " if near.blocker else ""
+        hint = f" → *{near.hint}*" if near.hint else ""
+        c1.markdown(f":violet-badge[near miss] {where}{near.reason}{hint}")
+        if near.nodes and c2.button("", icon=":material/troubleshoot:", key=f"near_{step}_{j}",
+                                    help="Draw this near miss on the Graph page"):
+            nearmiss_view.show(f"{rep.name}:{j}", step)
+            common.switch("graph", nearmiss=f"{rep.name}:{j}", focus=None)
+    if len(rep.near_misses) > 20:
+        st.caption(f"... and {len(rep.near_misses) - 20} more on the Graph page's near-miss picker "
+                   "and in the report.")
 
 
 def _graph(loaded, result) -> None:
