@@ -158,7 +158,8 @@ def note(nodes: Iterable[ir.Node | str], blocker: ir.Node | str | None, reason: 
 
 
 def fixable(blocker: ir.Node | None, hint: str, kind: str) -> dict:
-    """``hint`` and ``kind`` for a blocker that another pass removes (rule 3: "turn on X first")."""
+    """``hint`` and ``kind`` for a blocker that another pass removes (rule 3: "turn on X first"),
+    else the ones given (an attention ``Reject``'s own hint wins)."""
     fixer = REMOVED_BY.get(blocker.op_type) if blocker is not None else None
     if fixer and not hint:
         return {"hint": f"turn on {fixer} first (it removes the {blocker.op_type})", "kind": "needs_pass"}
@@ -230,20 +231,16 @@ def between(rule: str, root: ir.Node, found: ir.Node, expected: str, matched: Se
     above = _in_the_way(found, expected)
     if above is None:
         return False
-    chain = [above] + ([_producer(found.inputs[0])] if found.op_type == "DequantizeLinear"
-                       and _producer(found.inputs[0]) is not above else []) + [found]
-    chain = [n for n in chain if n is not None]
     nodes = [above, *matched, root]
     if found.op_type in _QDQ:
         note(nodes, found, f"a QuantizeLinear/DequantizeLinear pair sits between {expected} and {root.op_type}",
              hint="the fused kernel takes float tensors; onnxruntime runs QDQ groups with its QDQ transformers",
              kind="qdq", rule=rule, depth=len(nodes) + 1)
         return True
-    fixer = REMOVED_BY.get(found.op_type)
-    hint = (f"turn on {fixer} first (it removes the {found.op_type})" if fixer
-            else f"the rule needs {root.op_type} to read {expected}'s output directly")
+    fix = fixable(found, "", "in_between")
     note(nodes, found, f"{_a(found.op_type)} sits between {expected} ({above.name}) and {root.op_type}",
-         hint=hint, kind="needs_pass" if fixer else "in_between", rule=rule, depth=len(nodes) + 1)
+         hint=fix["hint"] or f"the rule needs {root.op_type} to read {expected}'s output directly",
+         kind=fix["kind"], rule=rule, depth=len(nodes) + 1)
     return True
 
 
