@@ -143,3 +143,14 @@ def guarded_attention():
 
 ALL = {f.__name__: f for f in (conv_bn_constant_nodes, convtranspose_add_bn, tanh_gelu_cubed_by_mul, qdq_attention,
                                  guarded_attention)}
+
+
+def conv_silu():
+    """YOLOv8's Conv → x·sigmoid(x): onnxruntime has no fused kernel for it."""
+    b = Builder()
+    conv = b.op("Conv", ["x", b.w(4, 3, 3, 3)], name="conv", pads=[1, 1, 1, 1])
+    y = b.op("Mul", [conv, b.op("Sigmoid", [conv], name="sig")], name="silu")
+    return b.model([1, 3, 8, 8], y), {"pass": "fuse_conv_activation", "blocker": "silu", "kind": "no_kernel"}
+
+
+ALL["conv_silu"] = conv_silu

@@ -6,6 +6,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern as orp
 
+from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.facts import weight_value
 from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import
@@ -113,3 +114,23 @@ imports); other runtimes do not know FusedConv.
             return
         apply_rules(model, [_ConvActivation.rule(a) for a in _FUSED_ACTIVATIONS])
         ensure_ms_import(model)
+        if nearmiss.active():
+            _silu_near_misses(model)
+
+
+def _silu_near_misses(model: ir.Model) -> None:
+    """``Conv → x·sigmoid(x)`` (SiLU / Swish) has no FusedConv activation in onnxruntime: say so
+    at each site instead of leaving the user to guess why it stayed apart."""
+    for conv in model.graph:
+        if conv.op_type != "Conv" or conv.domain != "" or not conv.outputs:
+            continue
+        out = conv.outputs[0]
+        readers = [u.node for u in out.uses()]
+        sig = next((n for n in readers if n.op_type == "Sigmoid"), None)
+        mul = next((n for n in readers if n.op_type == "Mul" and sig is not None
+                    and any(v is not None and v.producer() is sig for v in n.inputs)), None)
+        if sig is not None and mul is not None:
+            nearmiss.note([sig, conv], mul, "Conv + SiLU (x·sigmoid(x)): onnxruntime's FusedConv has no SiLU "
+                          "activation, so the Sigmoid and the Mul stay separate kernels",
+                          hint="OpenVINO fuses Conv + Swish into one layer (Graph view: compiled by OpenVINO)",
+                          kind="no_kernel", rule="ConvSiLU", depth=200)  # wins over the Sigmoid's "other uses"
