@@ -245,7 +245,7 @@ def between(rule: str, root: ir.Node, found: ir.Node, expected: str, matched: Se
 
 
 _OPTYPE = re.compile(r"OpType mismatch: expected (?:\w+\.)?(\w+)(?:\(\))?, got (\w+)")
-_NOT_CONST = re.compile(r"Value (.*) is not a constant")
+_NOT_CONST = re.compile(r"Value (.*) is not a constant(?:, expecting ([-+.\w]+))?")
 _CONST_MISMATCH = re.compile(r"(?:Constant )?[Vv]alue mismatch: expected (.+), got (.+?)\.?$")
 
 
@@ -309,8 +309,15 @@ def from_match(rule: str, root: ir.Node, matched: Sequence[ir.Node], reason: str
                     "outside the pattern, so the matched nodes cannot be replaced")
         else:
             text = "a matched node's output is a graph output or has other uses, so the nodes cannot be replaced"
-    elif _NOT_CONST.search(text) and kind != "needs_pass":
+    elif nc and kind != "needs_pass":
         blocker = blocker or root
+        where = f"{blocker.op_type} {blocker.name}" if blocker is not None else "a node"
+        expect = (nc.group(2) or "").rstrip(".")
+        if expect == "0.044715" and blocker is not None and blocker.op_type == "Mul":
+            text = (f"0.044715·x³ is written as a chain of Muls ({blocker.name}: x·(x·(0.044715·x)) or similar) "
+                    "where the rule's form has 0.044715·Pow(x, 3)")
+        elif expect:
+            text = f"{where} reads '{nc.group(1)}', a computed value, where the form has the constant {expect}"
     elif (c := _CONST_MISMATCH.search(text)) and failed_node is None:
         text = f"a constant is {c.group(2)} where the form needs {c.group(1)}"
     note(nodes, blocker if blocker is not None else root, text.rstrip("."), hint=hint, kind=kind, rule=rule,

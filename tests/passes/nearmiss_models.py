@@ -154,3 +154,20 @@ def conv_silu():
 
 
 ALL["conv_silu"] = conv_silu
+
+
+def tanh_gelu_jax_order():
+    """jax2tf's tanh GELU (a file-type classifier): 0.044715·x³ as x·(x·(0.044715·x))."""
+    b = Builder()
+    h = b.op("MatMul", ["x", b.w(16, 16)], name="fc")
+    c = lambda v: b.init(np.array(v, np.float32))  # noqa: E731
+    k = b.op("Mul", [c(0.044715), h], name="k_x")
+    k2 = b.op("Mul", [h, k], name="k_x2")
+    k3 = b.op("Mul", [h, k2], name="k_x3")
+    inner = b.op("Mul", [c(math.sqrt(2 / math.pi)), b.op("Add", [h, k3])])
+    half = b.op("Mul", [c(0.5), b.op("Add", [c(1.0), b.op("Tanh", [inner], name="tanh")])])
+    y = b.op("Mul", [h, half], name="gelu_out")
+    return b.model([2, 16], y), {"pass": "fuse_gelu", "blocker": "k_x3", "kind": "form"}
+
+
+ALL["tanh_gelu_jax_order"] = tanh_gelu_jax_order
