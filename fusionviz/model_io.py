@@ -18,6 +18,9 @@ Rules (numbered; the code points back to them):
    its dims declare: a tensor claiming 2**40 elements with 4 bytes of data is refused, so no
    later step allocates what the file only pretends to hold.
 7. The ONNX checker must pass; its complaint is reduced to one sentence naming the node.
+8. A graph whose nodes are stored out of topological order (onnxruntime runs such files; the
+   checker refuses them) is sorted first, stably, and ``LoadedModel.notes`` says so; a graph
+   with a cycle or a value no node makes is left as it is for the checker to name.
 
 Every model walk here is iterative (explicit stack), so deeply nested If/Loop subgraphs cannot
 cause a RecursionError; protobuf itself refuses messages nested deeper than 100 levels, which is
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import heapq
 import io
 import logging
 import os
@@ -116,6 +120,7 @@ class LoadedModel:
     sha256: str
     size_bytes: int
     source: str
+    notes: tuple[str, ...] = ()  # what loading changed, one sentence each (rule 8)
 
     @property
     def short_hash(self) -> str:
@@ -779,6 +784,12 @@ def _finish(model: onnx.ModelProto, *, name: str, size: int, source: str, limits
         )
     _check_tensor_data(model, name)
     _check_declared_types(model, name)
+    notes: list[str] = []
+    moved = sort_topologically(model)
+    if moved:
+        notes.append(f"'{_short(name)}' stores its nodes out of topological order (as onnxruntime allows, the "
+                     f"ONNX checker does not); {moved:,} were moved into order on load (the model computes the same).")
+        logger.info(notes[-1])
     if check:
         try:
             onnx.checker.check_model(model, full_check=False)
@@ -788,4 +799,60 @@ def _finish(model: onnx.ModelProto, *, name: str, size: int, source: str, limits
             ) from None
     display = Path(name).name or "model.onnx"
     return LoadedModel(proto=model, name=display, sha256=model_hash(model), size_bytes=size,
-                       source=source)
+                       source=source, notes=tuple(notes))
+
+
+def _graph_sort(graph: onnx.GraphProto, outer: set[str]) -> int:
+    """Sort one graph's nodes topologically, stably (of the nodes ready to run, the one stored
+    first goes first); returns how many nodes moved, 0 when already sorted or not sortable (a
+    cycle, or an input no node makes: the checker names it)."""
+    nodes = list(graph.node)
+    known = set(outer) | {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    seen = set(known)
+    for n in nodes:
+        if any(i not in seen and i in producer for i in n.input):
+            break
+        seen.update(n.output)
+    else:
+        return 0  # already in order: the common case, one linear pass
+    deps = [{producer[i] for i in n.input if i in producer and i not in known} - {k} for k, n in enumerate(nodes)]
+    users: list[list[int]] = [[] for _ in nodes]
+    for k, d in enumerate(deps):
+        for p in d:
+            users[p].append(k)
+    ready = [k for k, d in enumerate(deps) if not d]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            deps[u].discard(k)
+            if not deps[u]:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        return 0  # a cycle: leave it to the checker
+    moved = sum(1 for pos, k in enumerate(order) if pos != k)
+    del graph.node[:]
+    graph.node.extend(nodes[k] for k in order)
+    return moved
+
+
+def sort_topologically(model: onnx.ModelProto) -> int:
+    """Rule 8: sort the main graph's nodes (and each subgraph's, values of enclosing graphs
+    counting as known) into topological order in place; returns how many nodes moved."""
+    moved = 0
+    stack: list[tuple[onnx.GraphProto, set[str]]] = [(model.graph, set())]
+    while stack:
+        graph, outer = stack.pop()
+        moved += _graph_sort(graph, outer)
+        scope = outer | {i.name for i in graph.input} | {t.name for t in graph.initializer} | {
+            o for n in graph.node for o in n.output}
+        for n in graph.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    stack.append((a.g, scope))
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    stack.extend((g, scope) for g in a.graphs)
+    return moved

@@ -559,3 +559,25 @@ def test_printable_escapes_control_and_bidi_characters():
     assert printable("x" * 50, 10) == "x" * 10 + "...(+40 chars)"
     assert str(errors.FusionvizError("two\nlines\x07 " + "y" * 1000)).startswith("two lines\\x07 y")
     assert len(str(errors.FusionvizError("y" * 1000))) == errors.MAX_MESSAGE_CHARS
+
+
+def test_nodes_out_of_topological_order_are_sorted_on_load_and_said():
+    """onnxruntime runs a file whose nodes are stored out of order; the checker refuses it, so
+    loading sorts it (stably) and says so instead of refusing the model."""
+    import onnx.helper as oh
+
+    nodes = [oh.make_node("Neg", ["a"], ["y"], name="late"), oh.make_node("Relu", ["x"], ["a"], name="early"),
+             oh.make_node("Abs", ["x"], ["z"], name="side")]
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", 1, [2])],
+                      [oh.make_tensor_value_info("y", 1, [2]), oh.make_tensor_value_info("z", 1, [2])])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    loaded = model_io.load_bytes(m.SerializeToString())
+    assert [n.name for n in loaded.proto.graph.node] == ["early", "late", "side"]
+    (note,) = loaded.notes
+    assert "topological order" in note
+
+
+def test_a_sorted_model_loads_without_a_note():
+    m = corpus._relu_model()
+    assert model_io.load_bytes(m.SerializeToString()).notes == ()

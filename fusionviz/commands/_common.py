@@ -102,7 +102,10 @@ def load_model_arg(text: str) -> model_io.LoadedModel:
     path = Path(text)
     if not path.exists() and text in samples.sample_names():
         return samples.load_sample(text)
-    return model_io.load_path(path)
+    loaded = model_io.load_path(path)
+    for note in loaded.notes:  # what loading changed (e.g. nodes sorted into topological order)
+        progress(f"note: {note}")
+    return loaded
 
 
 def shapes_of(args) -> dict[str, list[int]]:

@@ -329,6 +329,8 @@ def body() -> None:
     if loaded is None:
         return
     st.subheader(f"Summary: {loaded.name}")
+    for note in getattr(loaded, "notes", ()):
+        st.info(note, icon=":material/info:")
     _summary(loaded)
     with common.guard("planning the inputs"):
         _inputs(loaded)
