@@ -28,10 +28,20 @@ Rules:
    (:func:`fusionviz.passes.hygiene.from_tool`): its value_info dropped and inferred afresh,
    value names unique, the IR version raised to 4 when its initializers are no longer graph
    inputs (IR 3 models list every weight as an input; onnxruntime does not).
+6. Precision is never changed. onnxruntime registers NCHWc kernels for float32 only
+   (:func:`nchwc_types`, read from its kernel registry), and its session runs a float16 Conv
+   in float32 behind Casts it inserts, which its saved graph keeps: capturing an fp16 model
+   would widen its weights and add Casts. So a Conv whose type has no NCHWc kernel is left
+   alone and reported as a near miss (kind ``no_kernel``); a model with no Conv of a type that
+   has one is not captured at all, and the reason is the pass's. A capture that still changes
+   a tensor's element type or adds a Cast (float16 parts beside float32 Convs: onnxruntime
+   widens those too) breaks the pass's postcondition
+   (:func:`fusionviz.passes.layout.dtypes.precision_change`) and the pass is declined with it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import tempfile
@@ -40,22 +50,77 @@ import onnx
 import onnx_ir as ir
 
 from fusionviz.passes import nearmiss
-from fusionviz.passes.base import Category, Pass
+from fusionviz.passes.base import Category, Pass, PostconditionError
 from fusionviz.passes.facts import onnx_opset
 from fusionviz.passes.hygiene import from_tool
+from fusionviz.passes.layout.dtypes import precision_change, type_name
 
 logger = logging.getLogger(__name__)
 
 NCHWC = "com.microsoft.nchwc"
 
 
-def _has_conv(model: ir.Model) -> bool:
+def _convs(model: ir.Model) -> list[ir.Node]:
+    """Rule 1: the main graph's Convs (and onnxruntime's FusedConvs) that may be 4-D."""
+    out = []
     for node in model.graph:
         if node.op_type == "Conv" or (node.op_type == "FusedConv" and node.domain == "com.microsoft"):
             x = node.inputs[0]
             if x is not None and (x.shape is None or len(x.shape) == 4):
-                return True
-    return False
+                out.append(node)
+    return out
+
+
+#: Rule 6: what onnxruntime's CPU provider registers when its kernel registry cannot be read
+_NCHWC_TYPES_KNOWN = frozenset({"float32"})
+
+
+@functools.cache
+def nchwc_types() -> frozenset[str]:
+    """Rule 6: element types (``float32``, ``float16``) of onnxruntime's NCHWc Conv kernels on CPU.
+
+    Read from onnxruntime's kernel registry; where this build does not expose it, the types
+    its CPU provider has always registered (float32 only).
+    """
+    try:
+        from onnxruntime.capi import _pybind_state
+
+        defs = _pybind_state.get_all_opkernel_def()
+    except Exception:  # noqa: BLE001 - an onnxruntime without the registry listing
+        logger.info("nchwc_layout: onnxruntime's kernel registry is not readable; assuming float32 NCHWc kernels")
+        return _NCHWC_TYPES_KNOWN
+    types = {type_name(t) for k in defs
+             if k.domain == NCHWC and k.op_name == "Conv" and k.provider == "CPUExecutionProvider"
+             for ts in k.type_constraints.values() for t in ts}
+    return frozenset(types) or _NCHWC_TYPES_KNOWN
+
+
+def _conv_type(node: ir.Node) -> ir.DataType | None:
+    """The element type a Conv computes in: its input's, else its weight's, else None."""
+    for v in node.inputs[:2]:
+        if v is None:
+            continue
+        if v.dtype is not None:
+            return v.dtype
+        t = v.const_value
+        p = v.producer()
+        if t is None and p is not None and p.op_type == "Constant" and p.domain in ("", "ai.onnx"):
+            attr = p.attributes.get("value")
+            t = attr.as_tensor() if attr is not None and attr.type is ir.AttributeType.TENSOR else None
+        if t is not None:
+            return t.dtype
+    return None
+
+
+def without_kernel(convs: list[ir.Node]) -> dict[str, list[ir.Node]]:
+    """Rule 6: element type name -> the Convs of that type onnxruntime has no NCHWc kernel for."""
+    kinds = nchwc_types()
+    out: dict[str, list[ir.Node]] = {}
+    for node in convs:
+        t = _conv_type(node)
+        if t is not None and type_name(int(t)) not in kinds:
+            out.setdefault(type_name(int(t)), []).append(node)
+    return out
 
 
 #: onnxruntime optimizer names (one fusion is registered per level; unknown names are ignored)
@@ -172,6 +237,10 @@ the original for other machines.
 
 **Math:** none changes: `y[n, c//b, h, w, c%b] = y_nchw[n, c, h, w]` is a pure relayout; the
 convolution sums are the same products, possibly in a different order (fp32 rounding).
+
+**Precision is kept:** onnxruntime has NCHWc kernels for float32 only. A float16 Conv is left
+as it is (listed as a near miss): capturing it would run it in float32, with its weights
+widened and Casts added. A capture that would change any tensor's type is declined.
 """
 
     uses_origin_hints = True
@@ -187,7 +256,25 @@ convolution sums are the same products, possibly in a different order (fp32 roun
 
     def transform(self, model: ir.Model) -> ir.Model | None:
         # Rule 1
-        if not _has_conv(model):
+        convs = _convs(model)
+        if not convs:
+            return None
+        # Rule 6: Convs of a type onnxruntime has no NCHWc kernel for stay as they are.
+        narrow = without_kernel(convs)
+        kinds = " and ".join(sorted(nchwc_types()))
+        for t, nodes in narrow.items():
+            for node in nodes:
+                nearmiss.note([node], node, f"onnxruntime has NCHWc Conv kernels for {kinds} only, and this Conv "
+                              f"is {t}: capturing it would change its precision (onnxruntime runs a float16 Conv "
+                              "in float32: weights widened, Casts added)",
+                              kind="no_kernel", rule="nchwc")
+        if sum(len(v) for v in narrow.values()) == len(convs):
+            types = " and ".join(sorted(narrow))
+            why = (f"not captured: every Conv of this model is {types}, and onnxruntime has NCHWc kernels "
+                   f"for {kinds} only; a layout pass keeps the model's precision, so the Convs are left alone")
+            logger.info("nchwc_layout: %s", why)
+            # listed first: past the near-miss limit the per-Conv ones are cut, not this
+            nearmiss.note((), None, why, kind="pass", rule="nchwc", depth=1000)
             return None
         from fusionviz import errors
         from fusionviz.verify import make_session
@@ -219,6 +306,10 @@ convolution sums are the same products, possibly in a different order (fp32 roun
         if why:
             _unused(why)
             return None
+        changed = precision_change(proto, captured)  # rule 6
+        if changed:
+            raise PostconditionError(f"a layout pass keeps every tensor's precision, and onnxruntime's NCHWc "
+                                     f"capture changed it: {changed}")
         captured.doc_string = proto.graph.doc_string or captured.doc_string
         new = from_tool(captured, proto)  # rule 5
         # onnxruntime keeps tensor and node names; carry over the model-level metadata.
