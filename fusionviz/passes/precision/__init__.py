@@ -16,6 +16,9 @@ Rules:
    ``1 / (x + eps)``), a constant beyond fp16's range (the converter would clamp it), and
    the nodes that make or read an activation that grows beyond it on the verification inputs
    (:func:`fusionviz.passes.precision.ranges.overflowing_nodes`: the fp32 model is run to find them).
+   And so do the nodes onnxruntime cannot run in fp16 (:mod:`.kernels`: asked of onnxruntime
+   with a one-node model per kind of node; ScatterElements with reduction "add" has no fp16
+   kernel on CPU): no hand list says which op with which attributes, the runtime does.
 2. int8_dynamic: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, activations
    quantized per run), through files in a temporary folder this module owns and deletes.
 3. int8_static: ``quantize_static`` in QDQ format with a calibration reader over

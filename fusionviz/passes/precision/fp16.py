@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import onnx
 import onnx_ir as ir
 
+from fusionviz.passes import nearmiss
 from fusionviz.passes.guards import (
     constant_array,
     constant_values,
@@ -15,6 +16,7 @@ from fusionviz.passes.guards import (
     fp16_underflow,
     singular_path,
 )
+from fusionviz.passes.precision.kernels import fp16_refusals
 from fusionviz.passes.precision.ranges import overflowing_nodes
 from fusionviz.passes.precision.tool_pass import ToolPass
 from fusionviz.passes.precision.tools import fp32_outer_reads, quiet_tools, rehome_nodes
@@ -59,12 +61,19 @@ def fp32_nodes(model: ir.Model) -> dict[str, str]:
     return keep
 
 
+def blocked_ops(op_block_list: Iterable[str] = FP16_BLOCK_LIST) -> list[str]:
+    """Rule 1: the op types the converter keeps fp32: onnxruntime's default list and ours."""
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
+
+    return sorted(set(DEFAULT_OP_BLOCK_LIST) | set(op_block_list))
+
+
 def convert_fp16(model: onnx.ModelProto, op_block_list: Iterable[str] = FP16_BLOCK_LIST,
                  node_block_list: Iterable[str] = ()) -> onnx.ModelProto:
     """Rule 1: fp16 weights and compute, fp32 inputs/outputs, sensitive ops kept fp32."""
-    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+    from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    blocked = sorted(set(DEFAULT_OP_BLOCK_LIST) | set(op_block_list))
+    blocked = blocked_ops(op_block_list)
     node_block = [n.name for n in model.graph.node if n.domain not in ("", "ai.onnx", "com.microsoft")]
     node_block += [n for n in node_block_list if n not in node_block]
     with quiet_tools():
@@ -138,14 +147,20 @@ it protects: an epsilon on its way to a `Log`, a division or a root (`1e-10` is 
 and `log(x + 0)` is -inf when `x` is 0), any node reading a constant beyond ±65504, and any
 node that makes or reads an activation that reaches half of that on the verification inputs
 (the fp32 model is run once per input set to find them: a dense layer on 0-255 byte
-embeddings reaches 1.7e6, infinite in fp16).
+embeddings reaches 1.7e6, infinite in fp16), and any node onnxruntime cannot run in fp16
+(asked of onnxruntime with a one-node model per kind of node: ScatterElements with
+`reduction="add"` has no fp16 kernel on CPU); those are listed as near misses.
 Two fp32 nodes in a row pass their value in fp32 (no fp16 round trip between them).
 """
 
     def prepare(self, model: ir.Model) -> dict:
         keep = fp32_nodes(model)
-        for name, why in overflowing_nodes(ir.serde.serialize_model(model)).items():
+        proto = ir.serde.serialize_model(model)
+        for name, why in overflowing_nodes(proto).items():
             keep.setdefault(name, why)
+        for name, why in fp16_refusals(proto, blocked_ops(), keep).items():
+            keep[name] = why
+            nearmiss.note([name], name, f"kept float32: {why}", kind="no_kernel", rule="fp16")
         for name, why in list(keep.items())[:10]:
             logger.info("fp16: node %s stays fp32: %s", name, why)
         return {"node_block_list": sorted(keep)}
