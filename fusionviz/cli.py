@@ -21,6 +21,7 @@ COMMANDS = (
     "optimize",
     "render",
     "diff",
+    "compare",
     "explain",
     "bench",
     "tune",

@@ -6,7 +6,9 @@ user), caps its address space, and runs the payload with onnxruntime's optimizer
 - ``("verify", model_a, model_b, sets)``: both models on every input set
   (:func:`fusionviz.verify.run_sets_here`);
 - ``("probe", model, candidates)``: the first candidate feeds the model runs on
-  (:func:`fusionviz.verify.probe_here`).
+  (:func:`fusionviz.verify.probe_here`);
+- ``("compare", model_a, model_b, feeds, items, rtol, atol, input_set)``: one chunk of a
+  per-tensor comparison (:func:`fusionviz.compare.run_chunk_here`).
 
 Writes a pickled ``("ok", result)`` or ``("error", message)`` to stdout. A model that
 allocates gigabytes kills only this process.
@@ -30,6 +32,10 @@ def main() -> int:
     try:
         if payload[0] == "verify":
             result = ("ok", run_sets_here(payload[1], payload[2], payload[3]))
+        elif payload[0] == "compare":
+            from fusionviz.compare import run_chunk_here
+
+            result = ("ok", run_chunk_here(*payload[1:]))
         else:
             result = ("ok", probe_here(payload[1], payload[2]))
     except errors.FusionvizError as exc:
