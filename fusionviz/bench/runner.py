@@ -29,8 +29,9 @@ Method (DESIGN.md "Benchmark", pyperf-like):
    from a short profiled session (the Python API has no allocator-statistics call; the profiler
    records ``mem_arena_held`` and ``mem_in_use_peak`` per node); the static plan from
    :func:`fusionviz.analysis.memory_plan`.
-6. **Verification**: the reference model runs in its own worker (ORT off, one thread); every
-   variant's outputs (under its own settings) are compared with :func:`fusionviz.verify.compare`.
+6. **Verification**: the reference model runs in its own worker (ORT off, one thread; then at
+   level all, for the noise floor); every variant's outputs (under its own settings) are judged
+   by :func:`fusionviz.verify.judge` with that floor, the test ``optimize`` uses.
 """
 
 from __future__ import annotations
@@ -650,8 +651,9 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
                          error=unavailable.get(v.settings.backend),
                          output_names=[o.name for o in proto.graph.output]))
 
-    # Reference outputs, in their own worker.
+    # Reference outputs, in their own worker: onnxruntime off, and at level all for the noise floor.
     ref_outputs: dict | None = None
+    noise: dict[str, float] = {}
     verify_error: str | None = None
     if verify_against is not None:
         say(0.01, "running the reference model for verification")
@@ -663,6 +665,7 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
             out_path = tmpdir / "ref-out.npz"
             reply = w.request({"cmd": "outputs", "path": str(out_path)})
             ref_outputs = _load_outputs(out_path, reply["names"])
+            noise = _reference_noise(w, ref_path, inputs_path, names, tmpdir, ref_outputs)
         except _WorkerFailed as exc:
             verify_error = f"the reference model could not run: {exc}"
         finally:
@@ -730,7 +733,7 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[_Job], *, shap
             continue
         say(0.85 + 0.14 * k / n, f"checking outputs and profiling '{job.variant.label}'")
         if verify_against is not None:
-            job.verify = _verify_job(job, tmpdir, ref_outputs, verify_error, verify_rtol)
+            job.verify = _verify_job(job, tmpdir, ref_outputs, noise, verify_error, verify_rtol)
             if not job.alive:
                 continue
         # onnxruntime's arena figures come from its profiler, so it always runs once there;
@@ -763,9 +766,28 @@ def _load_outputs(path: Path, names: list[str]) -> dict[str, np.ndarray]:
         return {name: npz[f"o{i}"] for i, name in enumerate(names)}
 
 
-def _verify_job(job: _Job, tmpdir: Path, ref_outputs: dict | None, verify_error: str | None,
-                rtol: float) -> dict:
-    from fusionviz.verify import VerifyResult, compare
+def _reference_noise(worker: _Worker, ref_path: Path, inputs_path: Path, names: dict, tmpdir: Path,
+                     ref_outputs: dict) -> dict[str, float]:
+    """Per output, how far onnxruntime's own level-all optimizer moves the reference
+    (:func:`fusionviz.verify.reference_noise`: the noise floor ``optimize`` verifies with).
+    The worker is re-initialized at level all; a reference that level all cannot run gives none."""
+    from fusionviz.verify import reference_noise
+
+    out_path = tmpdir / "ref-all-out.npz"
+    try:
+        worker.request(_init_msg(ref_path, inputs_path, names, Settings(level="all")))
+        reply = worker.request({"cmd": "outputs", "path": str(out_path)})
+        return reference_noise(ref_outputs, _load_outputs(out_path, reply["names"]))
+    except _WorkerFailed as exc:
+        logger.info("the reference at onnxruntime level all could not run (no noise floor): %s", exc)
+        return {}
+
+
+def _verify_job(job: _Job, tmpdir: Path, ref_outputs: dict | None, noise: Mapping[str, float],
+                verify_error: str | None, rtol: float) -> dict:
+    """Judge one variant's outputs with :func:`fusionviz.verify.judge`, the test ``optimize`` uses
+    (``|a-b| <= atol + rtol|b| + floor``, the floor from onnxruntime's own level-all noise)."""
+    from fusionviz.verify import VerifyResult, judge
 
     if ref_outputs is None:
         return VerifyResult(False, (), rtol, error=verify_error or "no reference outputs").as_dict()
@@ -787,16 +809,12 @@ def _verify_job(job: _Job, tmpdir: Path, ref_outputs: dict | None, verify_error:
         report_only = not all(p.exact for p in registry.resolve(job.variant.passes))
     except errors.FusionvizError:
         pass
-    diffs = []
-    for name, a in ref_outputs.items():
-        if name not in got:
-            return VerifyResult(False, tuple(diffs), rtol, error=f"output '{name}' is missing",
-                                report_only=report_only).as_dict()
-        diffs.append(compare(a, got[name], name, rtol=rtol))
-    # The combined test of fusionviz.verify (|a-b| <= atol + rtol|b| + floor, no new NaN/Inf),
-    # not max relative error alone: a detector's near-zero map differs by 6e-8 and is equal.
+    diffs, missing = judge(ref_outputs, got, input_set="given", rtol=rtol, noise=noise)
+    if missing:
+        return VerifyResult(False, tuple(diffs), rtol, error=missing, report_only=report_only,
+                            optimized_failed=True).as_dict()
     ok = all(d.ok for d in diffs)
-    return VerifyResult(ok, tuple(diffs), rtol, report_only=report_only).as_dict()
+    return VerifyResult(ok, tuple(diffs), rtol, report_only=report_only, input_sets=("given",)).as_dict()
 
 
 def _result(job: _Job, profile: bool) -> BenchResult:
