@@ -92,6 +92,13 @@ class VerifyResult:
     atol: float = DEFAULT_ATOL
     input_sets: tuple[str, ...] = ()
     skipped_sets: tuple[tuple[str, str], ...] = ()  # (set, why): the original itself fails on it
+    optimized_failed: bool = False  # the error is the optimized model's: it fails or lacks an output
+
+    @property
+    def differs(self) -> bool:
+        """The optimized model is at fault: outputs beyond tolerance, or it fails or lacks an
+        output where the original runs (not a verification that could not run at all)."""
+        return not self.ok and (self.error is None or self.optimized_failed)
 
     @property
     def max_abs_diff(self) -> float:
@@ -141,6 +148,7 @@ class VerifyResult:
             "failure": fail.describe() if fail else None,
             "error": self.error,
             "report_only": self.report_only,
+            "optimized_failed": self.optimized_failed,
             "outputs": [dataclasses.asdict(o) for o in self.outputs],
         }
 
@@ -306,11 +314,12 @@ def verify(
         if status == "b":
             return VerifyResult(False, tuple(diffs), rtol, report_only=report_only, atol=atol,
                                 error=f"the optimized model fails on input set '{label}' where the original runs: {x}",
-                                input_sets=tuple(done), skipped_sets=tuple(skipped))
+                                input_sets=tuple(done), skipped_sets=tuple(skipped), optimized_failed=True)
         got, missing = judge(x, y, input_set=label, rtol=rtol, atol=atol, noise=noise)
         diffs.extend(got)
         if missing:
-            return VerifyResult(False, tuple(diffs), rtol, error=missing, report_only=report_only, atol=atol)
+            return VerifyResult(False, tuple(diffs), rtol, error=missing, report_only=report_only, atol=atol,
+                                optimized_failed=True)
         done.append(label)
     ok = all(d.ok for d in diffs)
     return VerifyResult(ok, tuple(diffs), rtol, report_only=report_only, atol=atol, input_sets=tuple(done),

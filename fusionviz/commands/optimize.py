@@ -1,5 +1,13 @@
 """`optimize MODEL -o OUT.onnx [--passes a,b | --all] [--shape ..] [--input ..] [--inputs F] [--report R.json]
-[--freeze NAME=VALUE] [--no-verify] [--rtol R] [--atol A]`."""
+[--freeze NAME=VALUE] [--no-verify] [--no-bisect] [--rtol R] [--atol A]`.
+
+When the result of exact passes fails verification, the passes responsible are found
+(:mod:`fusionviz.bisect`) and the list without them is run and verified; if that verifies it is
+delivered (exit 0) with a ``note:`` line per declined pass, and the report lists them as
+``declined`` with the reason. An explicit ``--passes`` list is treated the same way: the passes
+the user asked for that keep the outputs, verified, with a note, beat no model at all.
+``--no-bisect`` fails the whole run instead (exit 3).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +26,9 @@ def register(sub) -> None:
     common.add_freeze_arg(p)
     p.add_argument("--report", metavar="REPORT.json", help="write a JSON report")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
+    p.add_argument("--no-bisect", action="store_true",
+                   help="when verification fails, fail (exit 3) instead of finding the passes responsible and "
+                        "delivering the verified rest without them")
     p.add_argument("--rtol", type=float, default=1e-4,
                    help="relative tolerance: |a-b| <= atol + rtol*|b| + noise floor (default 1e-4)")
     p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
@@ -36,8 +47,44 @@ def run(args) -> int:
             raise errors.InputSpecError("--passes is empty; name at least one pass or use --all.")
     passes = registry.resolve(names)  # validates names before any work
     loaded, plan, shapes, _ = common.load_with_plan(args, run_check=not args.no_verify)  # before any pass runs
+    frozen = common.freeze_of(args, plan)
     result = run_pipeline(loaded.proto, [p.name for p in passes], keep_snapshots=False,
-                          shapes=shapes, freeze=common.freeze_of(args, plan), progress=lambda i, n, name: common.progress(f"[{i}/{n}] {name}") if i < n else None)
+                          shapes=shapes, freeze=frozen, progress=lambda i, n, name: common.progress(f"[{i}/{n}] {name}") if i < n else None)
+    _say_reports(result)
+    code = 0
+    v = found = None
+    if not args.no_verify:
+        exact = all(p.exact for p in passes)
+        # A frozen input is verified against the user's own model fed that value.
+        reference = loaded.proto if frozen else result.original
+        v = verify.verify(reference, result.final, plan=plan, rtol=args.rtol, atol=args.atol,
+                          report_only=not exact, isolated=True)
+        common.progress(f"verify: {v.summary()}")
+        if exact and v.differs and not args.no_bisect:
+            result, v, found = _bisect(args, loaded, plan, shapes, frozen, [p.name for p in passes], result, v)
+        if v.error:
+            raise errors.RuntimeLoadError(v.error + (f"; bisection: {found.describe()}" if found else ""))
+        if not v.ok and exact:
+            code = 3
+    report = {"model": loaded.name, "inputs": plan.describe_lines(), **result.as_dict()}
+    if v is not None:
+        report["verify"] = v.as_dict()
+    if found is not None:
+        report["bisect"] = found.as_dict()
+    model_io.save_model(result.final, args.output)
+    common.progress(f"nodes {result.nodes_before} -> {result.nodes_after}; wrote {args.output}")
+    if args.report:
+        common.write_json(report, args.report)
+    if code == 3:
+        where = f" bisection: {found.describe()};" if found else ""
+        raise errors.VerificationError(
+            f"Outputs differ: {report['verify']['failure']} (atol {args.atol:g}, rtol {args.rtol:g});{where} "
+            "model saved for inspection."
+        )
+    return 0
+
+
+def _say_reports(result) -> None:
     for r in result.reports:
         line = f"{r.name:<28} {len(r.changes):>4} changes  nodes {r.nodes_before} -> {r.nodes_after}  {r.seconds * 1000:.0f} ms"
         if r.near_miss_total:
@@ -51,27 +98,27 @@ def run(args) -> int:
         common.progress(line)
     for note in result.notes:
         common.progress(f"note: {note}")
-    report = {"model": loaded.name, "inputs": plan.describe_lines(), **result.as_dict()}
-    code = 0
-    if not args.no_verify:
-        exact = all(p.exact for p in passes)
-        # A frozen input is verified against the user's own model fed that value.
-        reference = loaded.proto if getattr(args, "freeze", None) else result.original
-        v = verify.verify(reference, result.final, plan=plan, rtol=args.rtol, atol=args.atol,
-                          report_only=not exact, isolated=True)
-        report["verify"] = v.as_dict()
-        common.progress(f"verify: {v.summary()}")
-        if v.error:
-            raise errors.RuntimeLoadError(v.error)
-        if not v.ok and exact:
-            code = 3
-    model_io.save_model(result.final, args.output)
-    common.progress(f"nodes {result.nodes_before} -> {result.nodes_after}; wrote {args.output}")
-    if args.report:
-        common.write_json(report, args.report)
-    if code == 3:
-        raise errors.VerificationError(
-            f"Outputs differ: {report['verify']['failure']} (atol {args.atol:g}, rtol {args.rtol:g}); "
-            "model saved for inspection."
-        )
-    return 0
+
+
+def _bisect(args, loaded, plan, shapes, frozen, names, result, v):
+    """Find the passes responsible for a failed verification; deliver the rest when it verifies.
+
+    Returns:
+        ``(result, verification, BisectResult)``: the rest's result (with the declined passes'
+        reports) and verification when it verifies, else the full run's as given.
+    """
+    from fusionviz import bisect
+
+    common.progress(f"bisect: finding the passes that change the outputs (at most {bisect.MAX_PROBES} probes)")
+    found = bisect.bisect(loaded.proto, names, plan, rtol=args.rtol, atol=args.atol, shapes=shapes,
+                          freeze=frozen, reference=loaded.proto if frozen else None, first=(result, v),
+                          progress=common.progress)
+    common.progress(f"bisect: {found.describe()}")
+    if not found.delivered:
+        return result, v, found
+    rest = found.result_with_declined()
+    common.progress(f"verify: {found.rest_verify.summary()}")
+    for name, why in found.reasons().items():
+        common.progress(f"note: declined {name}: {why}; the rest verifies and was delivered "
+                        "(--no-bisect fails instead)")
+    return rest, found.rest_verify, found

@@ -48,7 +48,8 @@ class PassReport:
     seconds: float
     error: str | None = None
     note: str = ""  # e.g. why the pass was skipped without running
-    declined: str | None = None  # the validity rule its result broke (the pass was rolled back)
+    declined: str | None = None  # why it was rolled back: the validity rule its result broke, or
+    # (optimize's bisection, fusionviz.bisect) the outputs it changed
     after: tuple[str, ...] = ()  # the passes that ran before it (names a failure's context)
     near_misses: tuple[NearMiss, ...] = ()  # where it almost changed something, and why not
     near_miss_total: int = 0  # how many sites there were (near_misses keeps the deepest)
