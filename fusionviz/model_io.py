@@ -69,6 +69,11 @@ def _env_number(name: str, default: float, scale: int = 1) -> int:
     return max(0, int(value * scale))
 
 
+#: How a limit message says which setting raises the limit.
+_RAISE_MODEL = " (set FUSIONVIZ_MAX_MODEL_MB to raise it)"
+_RAISE_ARCHIVE = " (set FUSIONVIZ_MAX_ARCHIVE_MB to raise it)"
+
+
 def _env_mb(name: str, default: float) -> int:
     return _env_number(name, default, 1024 * 1024)
 
@@ -183,7 +188,7 @@ def _load_path(p: Path, *, limits: Limits, check: bool) -> LoadedModel:
         if size > limits.max_archive_bytes:
             raise errors.ModelTooLargeError(
                 f"Archive '{_short(p.name)}' is {_size(size)}, over the "
-                f"{_size(limits.max_archive_bytes)} limit."
+                f"{_size(limits.max_archive_bytes)} limit{_RAISE_ARCHIVE}."
             )
         return _load_zip(p.read_bytes(), name=p.name, limits=limits, check=check)
     return _load_file(p, limits=limits, check=check, display=p.name)
@@ -214,12 +219,12 @@ def load_bytes(data: bytes, *, name: str = "upload.onnx", limits: Limits | None 
         if len(data) > limits.max_archive_bytes:
             raise errors.ModelTooLargeError(
                 f"Archive '{_short(name)}' is {_size(len(data))}, over the "
-                f"{_size(limits.max_archive_bytes)} limit."
+                f"{_size(limits.max_archive_bytes)} limit{_RAISE_ARCHIVE}."
             )
         return _load_zip(data, name=name, limits=limits, check=check)
     if len(data) > limits.max_model_bytes:
         raise errors.ModelTooLargeError(
-            f"'{_short(name)}' is {_size(len(data))}, over the {_size(limits.max_model_bytes)} limit."
+            f"'{_short(name)}' is {_size(len(data))}, over the {_size(limits.max_model_bytes)} limit{_RAISE_MODEL}."
         )
     model = _parse(data, name)
     if _uses_external_data(model):
@@ -436,7 +441,7 @@ def _load_file(path: Path, *, limits: Limits, check: bool, display: str) -> Load
         raise errors.EmptyModelError(f"'{_short(display)}' is empty (0 bytes).")
     if size > limits.max_model_bytes:
         raise errors.ModelTooLargeError(
-            f"'{_short(display)}' is {_size(size)}, over the {_size(limits.max_model_bytes)} limit."
+            f"'{_short(display)}' is {_size(size)}, over the {_size(limits.max_model_bytes)} limit{_RAISE_MODEL}."
         )
     try:
         data = path.read_bytes()
@@ -512,7 +517,8 @@ def _load_external(model: onnx.ModelProto, base: Path, *, limits: Limits, curren
         total += length
         if total > limits.max_model_bytes:
             raise errors.ModelTooLargeError(
-                f"The model with its external data exceeds the {_size(limits.max_model_bytes)} limit."
+                f"The model with its external data is over {_size(total)}, past the "
+                f"{_size(limits.max_model_bytes)} limit{_RAISE_MODEL}."
             )
         try:
             with open(target, "rb") as f:
@@ -555,13 +561,14 @@ def _check_members(zf: zipfile.ZipFile, limits: Limits, archive: str) -> list[zi
         if total > limits.max_archive_bytes:
             raise errors.ModelTooLargeError(
                 f"Archive '{archive}' expands to more than {_size(limits.max_archive_bytes)}, over "
-                "the limit; refused (zip bomb?)."
+                f"the limit; refused (zip bomb?){_RAISE_ARCHIVE}."
             )
         ratio = info.file_size / max(info.compress_size, 1)
         if info.file_size > 1_000_000 and ratio > limits.max_archive_ratio:
             raise errors.ModelTooLargeError(
                 f"Archive entry '{_short(name, 60)}' compresses {ratio:.0f}:1, over the "
-                f"{limits.max_archive_ratio:.0f}:1 limit; refused (zip bomb?)."
+                f"{limits.max_archive_ratio:.0f}:1 limit; refused (zip bomb?; FUSIONVIZ_MAX_ARCHIVE_RATIO "
+                "raises the limit)."
             )
     return infos
 
@@ -780,7 +787,8 @@ def _finish(model: onnx.ModelProto, *, name: str, size: int, source: str, limits
     n = count_nodes(model)
     if n > limits.max_nodes:
         raise errors.ModelTooLargeError(
-            f"'{_short(name)}' has {n:,} nodes, over the limit of {limits.max_nodes:,}."
+            f"'{_short(name)}' has {n:,} nodes, over the limit of {limits.max_nodes:,} (set FUSIONVIZ_MAX_NODES "
+            "to raise it)."
         )
     _check_tensor_data(model, name)
     _check_declared_types(model, name)

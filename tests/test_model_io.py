@@ -581,3 +581,15 @@ def test_nodes_out_of_topological_order_are_sorted_on_load_and_said():
 def test_a_sorted_model_loads_without_a_note():
     m = corpus._relu_model()
     assert model_io.load_bytes(m.SerializeToString()).notes == ()
+
+
+@pytest.mark.parametrize(("limits", "setting"), [
+    pytest.param(model_io.Limits(max_model_bytes=16), "FUSIONVIZ_MAX_MODEL_MB", id="size"),
+    pytest.param(model_io.Limits(max_nodes=0), "FUSIONVIZ_MAX_NODES", id="nodes"),
+])
+def test_a_limit_message_says_what_was_found_the_limit_and_the_setting(limits, setting):
+    m = corpus._relu_model()
+    with pytest.raises(errors.ModelTooLargeError) as info:
+        model_io.load_bytes(m.SerializeToString(), limits=limits)
+    text = _assert_one_sentence(info.value)
+    assert setting in text and "limit" in text
