@@ -112,3 +112,24 @@ def test_explain_refuses_an_unknown_pass_in_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fusionviz", "explain", str(path), "--passes", "no_such_pass"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_folding_a_tied_weight_is_declined_with_a_reason():
+    """GPT-2 style: the embedding table is also the LM head through Transpose; folding the
+    Transpose would store a second copy of a weight that stays in use."""
+    import numpy as np
+    import onnx.helper as oh
+    import onnx.numpy_helper as onh
+
+    w = onh.from_array(np.random.default_rng(0).standard_normal((600, 512)).astype(np.float32), "wte")
+    nodes = [oh.make_node("Gather", ["wte", "ids"], ["emb"], name="embed"),
+             oh.make_node("Transpose", ["wte"], ["wte_t"], name="lm_head_t", perm=[1, 0]),
+             oh.make_node("MatMul", ["emb", "wte_t"], ["logits"], name="lm_head")]
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("ids", onnx.TensorProto.INT64, [1, 4])],
+                      [oh.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, 4, 600])], [w])
+    model = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    model.ir_version = 8
+    result = run_pipeline(model, ["constant_folding"])
+    assert "Transpose" in [n.op_type for n in result.final.graph.node]  # the weight is stored once
+    (m,) = _report(result, "constant_folding").near_misses
+    assert m.blocker == "lm_head_t" and "second" in m.reason and "wte" in m.reason

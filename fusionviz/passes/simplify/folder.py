@@ -80,6 +80,14 @@ class FoldOnlyConstants(ConstantFolderBase):
         est = _estimate_output_bytes(node)
         if est is None:
             return None  # onnxscript's default size rules
+        shared = _still_read_elsewhere(node) if est >= TIED_MIN_BYTES else None
+        if shared is not None:  # a tied weight: folding would store a second copy of it
+            w, other = shared
+            nearmiss.note([node], node, f"folding it would store a second {est / 1e6:.1f} MB constant, while "
+                          f"its input '{w.name}' stays in use ({other.op_type} {other.name} reads it too)",
+                          hint="onnxruntime computes it at run time from the one stored weight", kind="condition",
+                          rule="fold_tied_weight")
+            return False
         if self.used + est > self.budget:
             self.skipped.append(node.name or node.op_type)
             return False
@@ -150,6 +158,23 @@ class FoldOnlyConstants(ConstantFolderBase):
             for v in n.outputs:
                 v.shape = None
             super().infer_node(n)
+
+
+#: A fold of a weight that other nodes keep reading is declined from this size on (tied weights:
+#: ``Transpose(lm_head.weight)`` of a weight shared with the embedding would double it).
+TIED_MIN_BYTES = 1024 * 1024
+
+
+def _still_read_elsewhere(node: ir.Node) -> tuple[ir.Value, ir.Node] | None:
+    """(input weight, another reader) when a constant input of ``node`` is also read by another
+    node (or is a graph output), so folding ``node`` would keep both copies."""
+    for v in node.inputs:
+        if v is None or v.const_value is None:
+            continue
+        others = [u.node for u in v.uses() if u.node is not node]
+        if others:
+            return v, others[0]
+    return None
 
 
 def _is_constant_value(v: ir.Value | None) -> bool:
