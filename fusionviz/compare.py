@@ -32,8 +32,10 @@ Rules (the code points back to them):
    matched tensor downstream that is linked to it) or removed (nothing in B stands for its
    node).
 4. **Layout.** A tensor in onnxruntime's blocked NCHWc layout (made by a node of the
-   ``com.microsoft.nchwc`` domain other than ``ReorderOutput``) is turned back into NCHW with
-   onnxruntime's block size before it is compared, with the channel count of the other side.
+   ``com.microsoft.nchwc`` domain other than ``ReorderOutput``, or by any node that reads such a
+   tensor: onnxruntime runs Concat, Add and activations on blocked tensors as they are) is turned
+   back into NCHW with onnxruntime's block size before it is compared, with the channel count of
+   the other side.
 5. **Figures and verdict** per matched tensor: :func:`fusionviz.verify.compare`, the test
    ``verify`` applies to outputs (max abs; max rel, to the tensor's largest magnitude; cosine;
    NaN/Inf introduced; ``|a−b| <= atol + rtol·|b| + floor``), with its noise floor: the
@@ -46,7 +48,10 @@ Rules (the code points back to them):
    strings) are *skipped*; intermediates whose shape differs between A and B, or that are float
    on one side and integer or bool on the other, are *incomparable* (a layout change, or another
    tensor standing in: an int32 mask for a float one). A graph output whose shape differs fails,
-   as in ``verify``; float32 against float16 is compared (a precision pass's error).
+   as in ``verify``; float32 against float16 is compared (a precision pass's error). A tensor
+   read only as a Reshape's shape (directly or through Identity) is *skipped* too (not run): constant folding may write a dim
+   as -1 or 0 where A computes it (``[1, 200]`` against ``[-1, 200]``), which is the same
+   reshape; the Reshape's output is compared.
 7. **Bounded memory.** Tensors are compared in chunks: at most ``chunk_tensors`` tensors and
    about ``chunk_mb`` MB of them (sizes from shape inference) per run, each run a fresh
    onnxruntime session per model that exposes only its chunk; the arrays of one chunk are freed
@@ -83,7 +88,8 @@ DEFAULT_CHUNK_TENSORS = 400
 DEFAULT_CHUNK_MB = 256.0
 #: The domain of onnxruntime's blocked-layout kernels (rule 4).
 NCHWC_DOMAIN = "com.microsoft.nchwc"
-#: Op types whose bodies are not exposed (rule 1): any node with a graph attribute counts.
+#: Why a Reshape's shape argument is not compared (rule 6).
+RESHAPE_TARGET = "a Reshape's shape argument (-1 or 0 may stand for a dim): compared through the Reshape's output"
 STATUSES = ("compared", "unmatched", "skipped", "incomparable")
 #: Steps of the error heat scale drawn on the Graph page (upper bound of max rel, legend label).
 ERROR_SCALE: tuple[tuple[float, str], ...] = (
@@ -113,6 +119,7 @@ class TensorPair:
         nbytes: its size in bytes from shape inference (0: unknown).
         blocked_a: A holds it in the blocked NCHWc layout (rule 4).
         blocked_b: B holds it so.
+        skip: why it is not run at all (rule 6: a Reshape's shape argument), else "".
     """
 
     index: int
@@ -128,6 +135,7 @@ class TensorPair:
     nbytes: int = 0
     blocked_a: bool = False
     blocked_b: bool = False
+    skip: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,9 +256,11 @@ class CompareResult:
         return out
 
     def top(self, n: int) -> list[TensorRow]:
-        """The ``n`` compared tensors with the largest max rel error (new NaN/Inf first)."""
+        """The ``n`` compared tensors with the largest max rel error (those beyond tolerance first,
+        then new NaN/Inf)."""
         rows = self.compared
-        rows.sort(key=lambda r: (r.new_nonfinite > 0, _sort_value(r.max_rel), _sort_value(r.max_abs)), reverse=True)
+        rows.sort(key=lambda r: (not r.ok, r.new_nonfinite > 0, _sort_value(r.max_rel), _sort_value(r.max_abs)),
+                  reverse=True)
         return rows[:max(0, n)]
 
     def largest(self) -> TensorRow | None:
@@ -346,7 +356,8 @@ class _Side:
             self.origins.append(o)
             for name in o:
                 self.by_origin.setdefault(name, []).append(i)
-            if n.domain == NCHWC_DOMAIN and n.op_type != "ReorderOutput":  # rule 4
+            unblocks = n.op_type == "ReorderOutput" and n.domain == NCHWC_DOMAIN
+            if not unblocks and (n.domain == NCHWC_DOMAIN or any(x in self.blocked for x in n.input)):  # rule 4
                 self.blocked.update(x for x in n.output if x)
         self.initializers = {t.name for t in g.initializer} | {t.values.name for t in g.sparse_initializer}
         self.inputs = {i.name for i in g.input}
@@ -472,6 +483,21 @@ def _absorbed_note(t: str, x: _Side, y: _Side, matched: Mapping[str, str]) -> st
 _NOTE_SEARCH = 400
 
 
+def _reshape_target(t: str, x: _Side, depth: int = 0) -> bool:
+    """Rule 6: ``t`` is read only as a Reshape's shape, directly or through Identity nodes."""
+    readers = x.consumers.get(t, ())
+    if not readers or t in x.output_set or depth > 8:
+        return False
+    for c, j in readers:
+        n = x.nodes[c]
+        if n.op_type == "Reshape" and j == 1:
+            continue
+        if n.op_type == "Identity" and all(_reshape_target(o, x, depth + 1) for o in n.output if o):
+            continue
+        return False
+    return True
+
+
 def match_tensors(a: onnx.ModelProto, b: onnx.ModelProto,
                   sizes: Mapping[str, int] | None = None) -> list[TensorPair]:
     """Rules 1-4: every tensor of A (node outputs, ``Constant`` outputs left out) in A's node
@@ -502,6 +528,8 @@ def match_tensors(a: onnx.ModelProto, b: onnx.ModelProto,
                     node_b, op_b = y.describe(got)
                     pair = dataclasses.replace(pair, b_name=got, node_b=node_b, op_b=op_b, how="provenance",
                                                blocked_b=got in y.blocked)
+            if _reshape_target(t, x):
+                pair = dataclasses.replace(pair, skip=RESHAPE_TARGET)
             out.append(pair)
     matched = {p.name: p.b_name for p in out if p.b_name is not None}
     return [p if p.b_name is not None else dataclasses.replace(p, note=_absorbed_note(p.name, x, y, matched))
@@ -699,7 +727,11 @@ def _notes(a: onnx.ModelProto, rows: Sequence[TensorRow]) -> list[str]:
         kinds = ", ".join(f"{op} ×{c}" for op, c in sorted(bodies.items()))
         notes.append(f"{sum(bodies.values())} control-flow node(s) ({kinds}): tensors inside their bodies cannot be "
                      "exposed as graph outputs; each body is compared by the outputs of the node that holds it.")
-    skipped = Counter(r.note for r in rows if r.status == "skipped")
+    targets = sum(1 for r in rows if r.status == "skipped" and r.note == RESHAPE_TARGET)
+    if targets:
+        notes.append(f"{targets} Reshape shape argument(s) not compared: constant folding may write a dim as "
+                     "-1 or 0 where A computes it; each is compared through the Reshape's output.")
+    skipped = Counter(r.note for r in rows if r.status == "skipped" and r.note != RESHAPE_TARGET)
     if skipped:
         notes.append(f"{sum(skipped.values())} tensor(s) not compared: not numeric tensors "
                      f"({'; '.join(f'{k} ×{c}' if c > 1 else k for k, c in skipped.most_common(3))}).")
@@ -762,7 +794,7 @@ def compare_models(
                                         + (" or user." if plan.user_data else " (user needs --inputs)."))
         data = plan.feeds(set_name)
     pairs = match_tensors(a, b, _sizes(a, plan))
-    matched = [p for p in pairs if p.b_name is not None]
+    matched = [p for p in pairs if p.b_name is not None and not p.skip]
     runs = chunks(matched, chunk_tensors, chunk_mb)
     a_bytes, b_bytes = a.SerializeToString(), b.SerializeToString()
     results: dict[int, tuple[str, OutputDiff | None, str]] = {}
@@ -782,6 +814,8 @@ def compare_models(
     for p in pairs:
         if p.b_name is None:
             rows.append(TensorRow(p, "unmatched", note=p.note))
+        elif p.skip:
+            rows.append(TensorRow(p, "skipped", note=p.skip))
         else:
             status, diff, note = results[p.index]
             rows.append(TensorRow(p, status, diff, note))

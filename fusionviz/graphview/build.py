@@ -24,6 +24,13 @@ Drawing rules (model_graph, collapse and dot hold theirs):
 7. Near misses (``RenderOptions.near_misses``) are drawn on its nodes: the matched ones outlined
    dashed in violet, the node that blocked the rewrite in pink with "near miss: <reason>" in its
    label, both in the legend; without a focus the picture is their neighbourhood.
+8. Node values (``RenderOptions.node_values``: a number per node, e.g. the per-tensor error of
+   ``fusionviz.compare``) fill their nodes on a heat scale (``value_scale``: ascending upper
+   bounds with their legend labels; ``dot.HEAT_FILLS`` spread over its steps), replacing the
+   family or diff fill (the diff's border stays); the value is added to the label after
+   ``value_title``. A NaN value is marked apart (``dot.HEAT_NAN``, "NaN/Inf" in its label). A
+   collapsed block takes its largest member value (NaN first). The legend lists every step of
+   the scale, and NaN when one is drawn. Nodes without a value keep their fill.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import os
 import threading
 from collections.abc import Mapping
@@ -86,6 +94,11 @@ class RenderOptions:
         near_misses: ``(nodes, blocker, reason)`` of each near miss to draw (rule 7): the
             matched nodes outlined dashed, the blocking node marked with the reason beside it;
             one near miss and no ``focus``: the picture is cut to its neighbourhood (``hops``).
+        node_values: ``(node key, value)`` pairs drawn on a heat scale (rule 8); NaN is marked
+            apart.
+        value_scale: ``(upper bound, label)`` per step of the scale, ascending; a value above
+            the last bound takes the last step. Empty: one step per decade of the values.
+        value_title: what the values are, for labels and the legend ("max rel error").
     """
 
     collapse: bool = False
@@ -100,6 +113,9 @@ class RenderOptions:
     legend: bool = True
     auto_collapse: bool = False
     near_misses: tuple[tuple[tuple[str, ...], str | None, str], ...] = ()
+    node_values: tuple[tuple[str, float], ...] = ()
+    value_scale: tuple[tuple[float, str], ...] = ()
+    value_title: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,6 +345,50 @@ def _near_miss_keys(dg: DisplayGraph, near_misses) -> _NearMarks:
     return marks
 
 
+def value_steps(opts: RenderOptions) -> tuple[tuple[float, str], ...]:
+    """Rule 8: the scale's steps (the given one, or one per decade of the values)."""
+    if opts.value_scale:
+        return opts.value_scale
+    finite = [v for _, v in opts.node_values if math.isfinite(v) and v > 0]
+    if not finite:
+        return ((math.inf, "all"),)
+    lo, hi = math.floor(math.log10(min(finite))), math.ceil(math.log10(max(finite)))
+    return tuple((10.0 ** e, f"≤ 1e{e}") for e in range(lo, hi + 1))
+
+
+def value_fill(value: float, steps: tuple[tuple[float, str], ...]) -> str:
+    """Rule 8: the fill of ``value`` on the scale ``steps`` (NaN: ``dot.HEAT_NAN``)."""
+    if math.isnan(value):
+        return D.HEAT_NAN
+    i = next((k for k, (bound, _) in enumerate(steps) if value <= bound), len(steps) - 1)
+    ramp = D.HEAT_FILLS
+    return ramp[round(i * (len(ramp) - 1) / max(1, len(steps) - 1))]
+
+
+def value_legend(opts: RenderOptions, with_nan: bool = True) -> list[tuple[str, str, str]]:
+    """Rule 8: the legend entries of the scale (title, fill, border)."""
+    steps = value_steps(opts)
+    head = f"{opts.value_title} " if opts.value_title else ""
+    out = [(f"{head}{label}", value_fill(bound if math.isfinite(bound) else math.inf, steps), D.HEAT_BORDER)
+           for bound, label in steps]
+    if with_nan:
+        out.append((f"{head}NaN/Inf introduced".strip(), D.HEAT_NAN, D.HEAT_BORDER))
+    return out
+
+
+def _value_text(title: str, value: float) -> str:
+    text = "NaN/Inf" if math.isnan(value) else f"{value:.2g}"
+    return f"{title} {text}".strip()
+
+
+def _box_value(members, values: Mapping[str, float]) -> float | None:
+    """Rule 8: a block's value: NaN when a member has one, else its largest member value."""
+    got = [values[k] for k in members if k in values]
+    if not got:
+        return None
+    return math.nan if any(math.isnan(v) for v in got) else max(got)
+
+
 # Shape inference and the display graph are the slowest steps on big models (20,000 nodes:
 # seconds); the UI asks for the same snapshot often (focus, collapse, search), so both are kept
 # for the last few models. Entries: [model, its size, inferred copy, display graph or None].
@@ -372,6 +432,9 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
     statuses: set[str] = set()
     hub_counts = {t: len(dg.consumers.get(t, ())) for t in dg.hubs}
     near = _near_miss_keys(dg, opts.near_misses)
+    values = dict(opts.node_values)
+    steps = value_steps(opts) if values else ()
+    nan_drawn = False
     for i, item in enumerate(sel.items):
         name = f"n{i}"
         dot_name[item] = name
@@ -401,6 +464,10 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
                                  for t in _wrap(("near miss: " + reason).split(" "), width=44))
             lines.extend((f"▸ {D.shorten(D.clean(t), 26)} (hub, {hub_counts[t]} uses)", "#6b7280", 9, False)
                          for t in n.outputs if t in dg.hubs)
+            if n.key in values:  # rule 8
+                fill = value_fill(values[n.key], steps)
+                nan_drawn = nan_drawn or math.isnan(values[n.key])
+                lines.append((D.shorten(_value_text(opts.value_title, values[n.key]), 44), "#111827", 9, True))
             label = D.html_label(lines)
             out.append(f"  {name} " + D.attrs(id=eid, label=label, fillcolor=fill, color=border,
                                                 style=style, penwidth=pen) + ";")
@@ -431,6 +498,11 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
                                if t in dg.hubs and dg.producer.get(t) not in members})
             for t in box_hubs[:3]:
                 lines.append((hub_text(t, hub_counts.get(t, 0)), "#6b7280", 9, False))
+            box_value = _box_value(box.members, values) if values else None
+            if box_value is not None:  # rule 8
+                fill = value_fill(box_value, steps)
+                nan_drawn = nan_drawn or math.isnan(box_value)
+                lines.append((D.shorten("largest " + _value_text(opts.value_title, box_value), 44), "#111827", 9, True))
             lines = [ln for ln in lines if ln[0]]
             out.append(f"  {name} " + D.attrs(id=eid, label=D.html_label(lines), shape="box3d",
                                                 style="filled", fillcolor=fill, color=border,
@@ -521,6 +593,8 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
     if near.blocked:
         legend += [("near miss: matched so far", "#ffffff", D.NEAR_MISS_MATCHED),
                    ("near miss: blocked here", "#ffffff", D.NEAR_MISS_BLOCKER)]
+    if values:
+        legend += value_legend(opts, with_nan=nan_drawn)
     if opts.legend and legend and drawn:
         out.append("  legend " + D.attrs(label=_legend_label(legend), shape="plaintext",
                                            style="filled", fillcolor="white", color="white",

@@ -75,6 +75,10 @@ STATUS_STYLE = {
 #: Near-miss outlines (build rule 7): apart from the change colours, the selection and search marks.
 NEAR_MISS_MATCHED = "#7c3aed"
 NEAR_MISS_BLOCKER = "#db2777"
+#: Node-value heat scale (build rule 8), low to high; NaN values are marked apart.
+HEAT_FILLS = ("#fff5eb", "#fee6ce", "#fdd0a2", "#fdae6b", "#fd8d3c", "#e6550d")
+HEAT_NAN = "#67e8f9"
+HEAT_BORDER = "#7a7a7a"
 STATUS_TITLE = {"fused": "fused / new", "removed": "removed", "changed": "changed",
                 "lifted": "lifted to initializer", "unchanged": "unchanged"}
 
