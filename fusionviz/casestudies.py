@@ -14,7 +14,9 @@ benchmark (fresh workers, 1 thread, each variant verified against the original):
 Memory beside latency: the worker's peak RSS while running (above its baseline), onnxruntime's
 arena peak where its profiler gives it, and the static activation plan of the variant's graph
 with and without buffer reuse (the "in-place" figure). Ratios are paired (median over
-interleaved rounds of variant / the original under ORT off) with their 95% intervals.
+interleaved rounds of variant / the original under ORT off) with their 95% intervals, and are
+put in words by :mod:`fusionviz.bench.claims` ("faster" only when the interval excludes 1; the
+fastest variant named only when its interval overlaps no other's, else the tied set).
 
 Nothing here imports Streamlit: ``benchmarks/case_studies.py`` runs it from the command line, the
 Learn page shows the last saved results and can start a run.
@@ -124,26 +126,49 @@ def _row(r, base) -> dict:
             "applied": r.backend_info}
 
 
+def row_claim(r: dict | None) -> str:
+    """A row against ORT off in words (``1.3× faster (23% less time)``, ``no measurable
+    difference``), or ``no figure``."""
+    from fusionviz.bench.claims import speed_claim
+
+    if not r or r.get("ratio") is None:
+        return "no figure"
+    lo, hi = (r.get("ci") or [None, None])[:2]
+    return speed_claim(r["ratio"], lo, hi, with_figures=False)
+
+
+def fastest_sentence(rows: Sequence[dict]) -> str:
+    """Which verified variant is fastest against ORT off, or which are tied (their 95% intervals
+    overlap), in words."""
+    from fusionviz.bench.claims import Entry, fastest, join_names
+
+    ok = [r for r in rows if r.get("ratio") is not None and r.get("verified") and r.get("label") != BASELINE]
+    rank = fastest([Entry(r["label"], r["ratio"], *((r.get("ci") or [None, None])[:2])) for r in ok])
+    if rank.best is None:
+        return "nothing ran"
+    by = {r["label"]: r for r in ok}
+    if rank.is_tie:
+        return (f"{join_names(rank.names())} are tied for fastest here (their 95% intervals overlap); the lowest "
+                f"ratio, {rank.best.name}, is {row_claim(by[rank.best.name])} than ORT off")
+    words = row_claim(by[rank.best.name])
+    if words == "no measurable difference":
+        return f"nothing is measurably faster than ORT off here (the lowest ratio is {rank.best.name}'s)"
+    return f"the fastest here is {rank.best.name}, {words} than ORT off"
+
+
 def explain(c: Case, rows: Sequence[dict], notes: dict[str, str]) -> str:
     """One or two sentences on why this machine's figures differ from the article's, from ``rows``."""
     by = {r["label"]: r for r in rows}
 
     def pct(label: str) -> str:
-        r = by.get(label)
-        if not r or r.get("ratio") is None:
-            return "no figure"
-        gain = (1 - r["ratio"]) * 100
-        return f"{abs(gain):.0f}% {'faster' if gain >= 0 else 'slower'}"
+        return row_claim(by.get(label))
 
-    best = min((r for r in rows if r.get("ratio") is not None and r.get("verified")), key=lambda r: r["ratio"],
-               default=None)
-    best_txt = f"the fastest here is {best['label']} at {(1 - best['ratio']) * 100:.0f}% faster than ORT off" \
-        if best else "nothing ran"
+    best_txt = fastest_sentence(rows)
     gpu = " (not available here: see the TensorRT line)" if c.claim_backend.startswith("TensorRT") and "trt" in notes else ""
     where = f"The article's figure comes from {c.claim_backend}{gpu}; on one CPU thread {best_txt}."
     if c.key == "resnet":
-        why = (f" onnxruntime's own optimizer makes it {pct('original @ORT all')} and our passes alone "
-               f"{pct('our passes @ORT off')}: on a CPU most of the gain is the blocked (NCHWc) layout and "
+        why = (f" Against ORT off, onnxruntime's own optimizer: {pct('original @ORT all')}; our passes alone: "
+               f"{pct('our passes @ORT off')}. On a CPU most of the gain is the blocked (NCHWc) layout and "
                "fewer passes over activations, while on a GPU every unfused op is also a kernel launch and a "
                "round trip through device memory, which is where fusion pays most.")
     elif c.key == "bert":
@@ -155,8 +180,8 @@ def explain(c: Case, rows: Sequence[dict], notes: dict[str, str]) -> str:
                    f"peak RSS while running {base.get('rss_run_mb') or 0:.1f} → {ours.get('rss_run_mb') or 0:.1f} MB: "
                    "at hidden 128 and sequence 128 the activations are small next to the weights and the "
                    "runtime itself, so removing intermediates saves little of the total.")
-        why = (f" ORT all makes it {pct('original @ORT all')}, our passes with ORT all "
-               f"{pct('our passes @ORT all')}, OpenVINO {pct('original on OpenVINO')}. The article's TVM "
+        why = (f" Against ORT off, ORT all: {pct('original @ORT all')}; our passes with ORT all: "
+               f"{pct('our passes @ORT all')}; OpenVINO: {pct('original on OpenVINO')}. The article's TVM "
                "number needs tuned kernels; untuned TVM here is tens of times slower." + mem)
     else:
         base = by.get(BASELINE, {})
@@ -164,8 +189,8 @@ def explain(c: Case, rows: Sequence[dict], notes: dict[str, str]) -> str:
         if base.get("static_peak_no_reuse_mb") and base.get("static_peak_mb"):
             mem = (f" In-place reuse alone takes the activation peak from {base['static_peak_no_reuse_mb']:.1f} MB "
                    f"(every tensor its own buffer) to {base['static_peak_mb']:.1f} MB.")
-        why = (f" Our passes alone make it {pct('our passes @ORT off')}, with ORT all {pct('our passes @ORT all')}: "
-               "depthwise convolutions and SiLU are memory-bound, so folding BN and fusing the activation "
+        why = (f" Against ORT off, our passes alone: {pct('our passes @ORT off')}; with ORT all: "
+               f"{pct('our passes @ORT all')}. Depthwise convolutions and SiLU are memory-bound, so folding BN and fusing the activation "
                "saves whole passes over the tensors." + mem)
     return where + why
 

@@ -229,3 +229,49 @@ def speed_vs_error(points: Sequence[Mapping[str, Any]], *,
     fig.update_layout(title=title, xaxis_title="median latency (ms)",
                       yaxis_title="max relative error (log)", yaxis_type="log")
     return fig
+
+
+def effect_bars(effects: Sequence[Any], title: str, axis: str, *, better: str = "lower") -> go.Figure:
+    """Horizontal bars of time changes (paired ratio − 1, in percent) with their 95% intervals.
+
+    Each bar is labelled with the words :func:`fusionviz.bench.claims.speed_claim` gives its
+    ratio (``1.3× slower (30% more time)``, ``no measurable difference``), the same words as the
+    table beside it and the ``bench`` command; hovering shows the ratio and its interval.
+
+    Args:
+        effects: :class:`fusionviz.bench.whatif.Effect` records.
+        title: the chart title (names the run's onnxruntime level).
+        axis: the x axis title.
+        better: ``"lower"`` when less time is good (a faster variant), ``"higher"`` when more
+            time is (leave-one-out: the result is slower without a pass that helps).
+
+    Returns:
+        A plotly figure; bars whose interval holds 1 are grey.
+    """
+    names, pct, plus, minus, colors, text, hover = [], [], [], [], [], [], []
+    for e in effects:
+        names.append(e.name)
+        p = e.pct or 0.0
+        pct.append(p)
+        lo = 100 * (e.ci_low - 1) if e.ci_low is not None else p
+        hi = 100 * (e.ci_high - 1) if e.ci_high is not None else p
+        plus.append(max(hi - p, 0.0))
+        minus.append(max(p - lo, 0.0))
+        good = (p < 0) if better == "lower" else (p > 0)
+        colors.append("#9e9e9e" if e.ratio is None or e.within_noise else ("#2e9d4f" if good else "#d64545"))
+        text.append(e.claim(with_figures=False))
+        hover.append(e.claim())
+    fig = go.Figure(go.Bar(y=names, x=pct, orientation="h", marker_color=colors, hovertext=hover,
+                           hoverinfo="y+text",
+                           error_x={"type": "data", "symmetric": False, "array": plus, "arrayminus": minus,
+                                    "color": "#444", "thickness": 1.2}))
+    # Each bar's words in a column right of the plot, clear of the error bars.
+    for name, label, color in zip(names, text, colors, strict=True):
+        fig.add_annotation(x=1.01, xref="paper", y=name, yref="y", xanchor="left", showarrow=False,
+                           text=label, font={"color": "#666" if color == "#9e9e9e" else "#222", "size": 12})
+    span = max([abs(p) + max(a, b) for p, a, b in zip(pct, plus, minus, strict=True)] or [1.0])
+    fig.update_layout(title=title, xaxis_title=axis, height=150 + 40 * max(len(effects), 1),
+                      margin={"l": 10, "r": 260, "t": 60, "b": 50}, showlegend=False)
+    fig.update_xaxes(range=[-1.15 * span, 1.15 * span], zeroline=True, zerolinewidth=2, zerolinecolor="#333")
+    fig.update_yaxes(autorange="reversed")
+    return fig

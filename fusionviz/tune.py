@@ -30,10 +30,17 @@ variant verified against the original in its worker at the fp32 tolerance):
 6. **Confirmation**: picking the best of many noisy measurements is biased towards luck, so the
    candidate is measured again in a fresh interleaved run beside the original under onnxruntime
    level all and the original on every other backend alone ("single backends"). The reported
-   speed-up is this run's paired ratio with its 95% interval. Unless the candidate beats every
-   single backend in this run by ``CONFIRM_MARGIN`` (2%) and verifies, the fastest single
-   backend alone is recommended instead: tune never recommends a variant slower than the best
-   single backend, nor a more complex one that is not clearly faster.
+   speed-up is this run's paired ratio with its 95% interval. A variant *beats* another when
+   its ratio is at least ``CONFIRM_MARGIN`` (2%) lower and their 95% intervals do not overlap
+   (the baseline's interval is [1, 1]: beating it means an interval below 1). The single
+   backend to recommend is onnxruntime level all unless another backend alone beats it (the
+   lowest ratio of those that do; any whose interval overlaps it is named as tied). The
+   candidate is recommended only when it verifies and beats that single backend; else the
+   single backend is: tune never recommends a variant slower than the best single backend, nor
+   a more complex one that is not clearly faster.
+7. **Words**: the recommendation and :meth:`TuneResult.claim` say "faster" only when the
+   confirmation's interval of the ratio excludes 1, else "no measurable difference (ratio X,
+   95% interval [a, b])" (:mod:`fusionviz.bench.claims`); "slower" likewise.
 
 Time is bounded by ``budget_s``: a greedy round is not started when the estimate (per-variant
 cost of the previous round) says it and steps 3-6 would not fit; steps 3, 4 and 6 always run.
@@ -194,12 +201,42 @@ class TuneResult:
 
     @property
     def speedup(self) -> float:
-        """Original @ ORT all / recommended (> 1 means faster than the original under ORT all)."""
+        """Original @ ORT all / recommended (> 1 means faster than the original under ORT all).
+
+        A number for JSON; in words, use :meth:`claim` (it checks the interval)."""
         return 1.0 / self.ratio if self.ratio > 0 else 0.0
 
     @property
+    def established(self) -> bool:
+        """True when the confirmation's 95% interval of :attr:`ratio` lies below 1 (rule 7)."""
+        from fusionviz.bench.claims import FASTER, verdict
+
+        return verdict(self.ratio, *self.ratio_ci) == FASTER
+
+    def claim(self) -> str:
+        """The recommendation against the original under onnxruntime level all, in words (rule 7).
+
+        Returns:
+            e.g. ``3 passes @ extended: 6.100 ms vs the original @ORT all 10.000 ms: 1.6× faster
+            (39% less time; ratio 0.610, 95% interval [0.590, 0.640]), verified``, or for the
+            baseline itself ``the original under onnxruntime level all (10.000 ms): nothing the
+            search found beat it measurably in the confirmation``.
+        """
+        from fusionviz.bench.claims import speed_claim
+
+        c = self._confirmed(self.best)
+        if c is not None and c.role == "baseline":
+            return (f"the original under onnxruntime level all ({self.best_ms:.3f} ms): nothing the search "
+                    "found beat it measurably in the confirmation")
+        lo, hi = self.ratio_ci
+        ok = ", verified" if c is None or c.verified else ""
+        return (f"{self.best.label()}: {self.best_ms:.3f} ms vs the original @ORT all {self.baseline_ms:.3f} ms: "
+                f"{speed_claim(self.ratio, lo, hi)}{ok}")
+
+    @property
     def best_single(self) -> Confirmed | None:
-        """The fastest verified single backend of the confirmation run (the original alone)."""
+        """The verified single backend (the original alone) with the lowest ratio in the
+        confirmation run; others may be tied with it (:meth:`claim` and the recommendation say)."""
         singles = [c for c in self.confirmation if c.role in ("baseline", "single") and c.ratio is not None
                    and c.verified]
         return min(singles, key=lambda c: c.ratio) if singles else None
@@ -215,6 +252,8 @@ class TuneResult:
             "best_ms": self.best_ms,
             "baseline_ms": self.baseline_ms,
             "speedup_vs_ort_all": self.speedup,
+            "claim": self.claim(),
+            "established": self.established,
             "ratio_vs_ort_all": self.ratio,
             "ratio_ci": [lo, hi],
             "best_single_backend": single.as_dict() if single else None,
@@ -508,37 +547,90 @@ def _confirm(candidate: TuneConfig, singles: Sequence[str], build, bench, second
     return out
 
 
+def _entry(c: Confirmed):
+    from fusionviz.bench.claims import Entry
+
+    return Entry(c.config.label(), float(c.ratio), c.ci_low, c.ci_high)
+
+
+def _beats(a: Confirmed, b: Confirmed) -> bool:
+    """Step 6: ``a`` verified, at least :data:`CONFIRM_MARGIN` faster than ``b``, and their 95%
+    intervals apart."""
+    from fusionviz.bench.claims import overlap
+
+    if not a.verified or a.ratio is None or b.ratio is None:
+        return False
+    return a.ratio <= b.ratio * (1 - CONFIRM_MARGIN) and not overlap(_entry(a), _entry(b))
+
+
+def _against_baseline(c: Confirmed) -> str:
+    """``c`` against the original @ORT all, in rule 7's words."""
+    from fusionviz.bench.claims import FASTER, SLOWER, speed_claim, verdict
+
+    if c.role == "baseline":
+        return "is the original under onnxruntime level all"
+    words = speed_claim(c.ratio, c.ci_low, c.ci_high)
+    if verdict(c.ratio, c.ci_low, c.ci_high) in (FASTER, SLOWER):
+        return f"runs {words} than the original @ORT all"
+    return f"shows {words} against the original @ORT all"
+
+
+def _interval(c: Confirmed) -> str:
+    from fusionviz.bench.claims import figures
+
+    return figures(float(c.ratio), c.ci_low, c.ci_high)
+
+
 def _recommend(candidate: TuneConfig, confirmation: Sequence[Confirmed]) -> tuple[TuneConfig, str]:
-    """Step 6's rule: the candidate, when it beat every single backend in the confirmation by
-    :data:`CONFIRM_MARGIN`; else the fastest single backend (onnxruntime level all, the
-    baseline, unless another backend beat it by the margin too)."""
+    """Step 6's rule in rule 7's words: the candidate, when it beats the single backend to
+    recommend (onnxruntime level all, unless another backend alone beats it); else that single
+    backend."""
+    from fusionviz.bench.claims import fastest, join_names
+
     cand = next(c for c in confirmation if c.config == candidate)
     singles = [c for c in confirmation if c.role in ("baseline", "single") and c.verified and c.ratio is not None]
-    best_single = min(singles, key=lambda c: c.ratio) if singles else None
     baseline = next((c for c in singles if c.role == "baseline"), None)
-    if best_single is not None and baseline is not None and best_single.ratio > 1 - CONFIRM_MARGIN:
-        best_single = baseline  # another backend must also pay for the switch by the margin
+    tied_note = ""
+    if baseline is not None:
+        better = [c for c in singles if c is not baseline and _beats(c, baseline)]
+        best_single = min(better, key=lambda c: c.ratio) if better else baseline
+        if better:
+            rank = fastest([_entry(c) for c in better])
+            if rank.is_tie:
+                others = [n for n in rank.names() if n != best_single.config.label()]
+                tied_note = (f" (tied with {join_names(others)} alone: 95% intervals that overlap; "
+                             f"{best_single.config.label()} has the lowest ratio)")
+    else:
+        best_single = min(singles, key=lambda c: c.ratio) if singles else None
 
-    def interval(c: Confirmed) -> str:
-        return f"x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] of the original @ORT all"
-
-    if cand.verified and cand.ratio is not None and (
-            best_single is None or cand.ratio <= best_single.ratio * (1 - CONFIRM_MARGIN)
-            or cand.config == best_single.config):
-        return candidate, f"confirmed: {candidate.label()} runs at {interval(cand)}"
     if best_single is None:  # nothing single ran verified: keep the candidate only if it did
         if cand.verified and cand.ratio is not None:
-            return candidate, f"confirmed: {candidate.label()} runs at {interval(cand)}"
+            return candidate, f"confirmed: {candidate.label()} {_against_baseline(cand)}"
         raise errors.VerificationError("The confirmation run verified nothing; nothing to recommend.")
+    if best_single.role == "baseline":
+        single, simpler = "the original under onnxruntime level all", "the original under onnxruntime level all"
+    else:
+        single = f"{best_single.config.label()} alone, which {_against_baseline(best_single)}{tied_note}"
+        simpler = "the single backend"
+    if cand.config == best_single.config or _beats(cand, best_single):
+        return candidate, f"confirmed: {candidate.label()} {_against_baseline(cand)}"
     if cand.verified and cand.ratio is not None and cand.ratio <= best_single.ratio:
+        if cand.ratio > best_single.ratio * (1 - CONFIRM_MARGIN):
+            return best_single.config, (
+                f"the search's winner {candidate.label()} ran at ratio {cand.ratio:.3f}, within "
+                f"{CONFIRM_MARGIN:.0%} of {single}: recommending {simpler} (the simpler deployment; "
+                "the difference is within the noise of two runs)")
         return best_single.config, (
-            f"the search's winner {candidate.label()} ran at x{cand.ratio:.3f}, within {CONFIRM_MARGIN:.0%} of "
-            f"{best_single.config.label()} alone at {interval(best_single)}: recommending the single backend "
-            "(the simpler deployment; the difference is within the noise of two runs)")
-    why = (f"ran at x{cand.ratio:.3f}" if cand.ratio is not None and cand.verified
-           else f"did not verify ({cand.note})" if cand.note else "did not run")
-    return best_single.config, (f"the search's winner {candidate.label()} {why} in the confirmation, slower than "
-                                f"{best_single.config.label()} alone at {interval(best_single)}: recommending that")
+            f"the search's winner {candidate.label()} ({_interval(cand)}) shows no measurable difference from "
+            f"{single}: their 95% intervals overlap; recommending {simpler} (the simpler deployment)")
+    if cand.verified and cand.ratio is not None:
+        slower = cand.ci_low is not None and best_single.ci_high is not None and cand.ci_low > best_single.ci_high
+        why = (f"was slower ({_interval(cand)}) in the confirmation than" if slower else
+               f"shows no measurable difference ({_interval(cand)}) in the confirmation from")
+    else:
+        why = (f"did not verify ({cand.note}) in the confirmation, unlike" if cand.note
+               else "did not run in the confirmation, unlike")
+    return best_single.config, f"the search's winner {candidate.label()} {why} {single}: recommending that"
 
 
 def tuned_model(model: onnx.ModelProto, result: TuneResult,

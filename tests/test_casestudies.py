@@ -47,3 +47,24 @@ def test_save_merges_by_case_and_load_reads_it_back(tmp_path, monkeypatch):
     casestudies.save([casestudies.run_case(casestudies.case("efficientnet"))], path)
     assert [r["key"] for r in casestudies.load(path)] == ["resnet", "efficientnet"]
     assert casestudies.load(tmp_path / "missing.json") == []
+
+
+def _row(label, ratio, lo, hi, verified=True):
+    return {"label": label, "ratio": ratio, "ci": [lo, hi], "verified": verified}
+
+
+def test_fastest_names_the_tied_set_when_intervals_overlap():
+    rows = [_row(casestudies.BASELINE, 1.0, 1.0, 1.0), _row("original @ORT all", 0.385, 0.37, 0.40),
+            _row("our passes @ORT all", 0.39, 0.38, 0.41), _row("original on OpenVINO", 0.6, 0.55, 0.65)]
+    text = casestudies.fastest_sentence(rows)
+    assert text.startswith("original @ORT all and our passes @ORT all are tied for fastest here")
+    assert "the fastest here is" not in text and "62% less time" in text
+
+
+def test_fastest_and_the_words_for_a_ratio():
+    rows = [_row(casestudies.BASELINE, 1.0, 1.0, 1.0), _row("original @ORT all", 0.3853, 0.37, 0.40),
+            _row("our passes @ORT off", 0.95, 0.90, 1.02)]
+    assert casestudies.fastest_sentence(rows) == \
+        "the fastest here is original @ORT all, 2.6× faster (61% less time) than ORT off"
+    assert casestudies.row_claim(rows[2]) == "no measurable difference"
+    assert casestudies.fastest_sentence([_row("x", 0.95, 0.9, 1.02)]).startswith("nothing is measurably faster")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import onnx.parser
 import plotly.graph_objects as go
+import pytest
 
 from fusionviz import charts
 from fusionviz.analysis import memory_plan
@@ -65,3 +66,35 @@ def test_speed_vs_error_scatter():
                                  {"label": "fp16", "median_ms": 3.0, "max_rel_diff": 1e-3}])
     assert [t.type for t in fig.data] == ["scatter"]
     assert list(fig.data[0].text) == ["fp32", "fp16"]
+
+
+def _steps():
+    from fusionviz.bench import BenchResult, Settings, compute_stats
+
+    def res(label, rounds, passes=(), static=1000):
+        return BenchResult(label, passes, Settings(), compute_stats(list(rounds)),
+                           {"static_sum_intermediate_bytes": static}, round_medians_ms=tuple(rounds))
+
+    drift = [1.0, 1.5, 2.0, 1.2, 1.8, 1.1, 1.6, 1.3]
+    return [res("original", [10 * d for d in drift]),
+            res("+a", [8 * d for d in drift], ("a",), 600),
+            res("+b", [8 * d * f for d, f in zip(drift, [1.02, 0.97, 1.01, 0.99, 1.03, 0.98, 1.0, 1.0],
+                                                   strict=True)], ("a", "b"), 600)]
+
+
+def test_the_what_if_chart_and_its_table_say_the_same_from_the_same_effects():
+    from fusionviz.bench import whatif
+
+    results = _steps()
+    effects, _ = whatif.cumulative_effects(results)
+    fig = charts.effect_bars(effects, "t", "x")
+    rows = whatif.effects_table(effects, results)
+    labels = [a.text for a in fig.layout.annotations]
+    assert labels == [r["claim"] for r in rows] == ["1.25× faster (20% less time)", "no measurable difference"]
+    bars = list(fig.data[0].x)
+    for bar, row, e in zip(bars, rows, effects, strict=True):
+        assert bar == pytest.approx(100 * (e.ratio - 1))
+        assert row["ratio [95% interval]"] == e.interval() and row["vs"] == e.baseline
+    assert rows[0]["Δ static intermediates (bytes)"] == -400 and rows[1]["Δ static intermediates (bytes)"] == 0
+    # Hovering a bar gives its ratio and interval; "faster" is never said of a bar within noise.
+    assert "faster" not in fig.data[0].hovertext[1] and "95% interval" in fig.data[0].hovertext[1]

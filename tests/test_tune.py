@@ -249,3 +249,93 @@ def test_unavailable_backends_are_named_without_starting_anything():
     assert usable[0] == "ort"
     if "trt" not in usable:
         assert notes["trt"].startswith("TensorRT is not available here:")
+
+
+# ------------------------------------------------------------------ the words of a recommendation
+
+
+def _conf(role, config, ratio, lo, hi, verified=True):
+    from fusionviz.tune import Confirmed
+
+    return Confirmed(role, config, 10.0 * ratio, ratio, lo, hi, verified)
+
+
+def _result(best, confirmation):
+    from fusionviz.tune import TuneResult
+
+    c = next(c for c in confirmation if c.config == best)
+    return TuneResult(best, c.median_ms, 10.0, (), 1.0, 10.0, (), False, confirmation=tuple(confirmation),
+                      candidate=best)
+
+
+def _base():
+    from fusionviz.tune import TuneConfig
+
+    return TuneConfig((), "all")
+
+
+def test_an_interval_holding_1_is_not_called_faster_and_the_simpler_variant_is_recommended():
+    """The run a user saw: 1.10× "faster, verified" with a 95% interval [0.543, 1.026]."""
+    from fusionviz.tune import TuneConfig, _recommend
+
+    cand = TuneConfig(("fold_batchnorm",), "extended")
+    confirmation = [_conf("baseline", _base(), 1.0, 1.0, 1.0), _conf("candidate", cand, 0.909, 0.543, 1.026)]
+    best, why = _recommend(cand, confirmation)
+    assert best == _base()
+    assert "no measurable difference" in why and "[0.543, 1.026]" in why and "faster" not in why
+    res = _result(best, confirmation)
+    assert not res.established and "faster" not in res.claim()
+    # Even were it recommended, its claim would not say "faster".
+    kept = _result(cand, confirmation)
+    assert kept.claim().endswith("no measurable difference (ratio 0.909, 95% interval [0.543, 1.026]), verified")
+    assert not kept.established and kept.as_dict()["established"] is False
+
+
+def test_a_clear_win_is_said_as_times_faster_and_less_time():
+    from fusionviz.tune import TuneConfig, _recommend
+
+    cand = TuneConfig(("fold_batchnorm",), "extended")
+    confirmation = [_conf("baseline", _base(), 1.0, 1.0, 1.0), _conf("candidate", cand, 0.3853, 0.371, 0.402)]
+    best, why = _recommend(cand, confirmation)
+    assert best == cand and why.startswith("confirmed:") and "2.6× faster (61% less time" in why
+    res = _result(best, confirmation)
+    assert res.established
+    assert res.claim() == ("1 passes @ extended: 3.853 ms vs the original @ORT all 10.000 ms: 2.6× faster "
+                           "(61% less time; ratio 0.385, 95% interval [0.371, 0.402]), verified")
+    assert "61% faster" not in res.claim()
+
+
+def test_single_backends_whose_intervals_overlap_are_tied_not_fastest():
+    from fusionviz.tune import TuneConfig, _recommend
+
+    ov, tvm = TuneConfig((), backend="openvino"), TuneConfig((), backend="tvm")
+    cand = TuneConfig(("fold_batchnorm",), backend="openvino")
+    confirmation = [_conf("baseline", _base(), 1.0, 1.0, 1.0), _conf("single", ov, 0.60, 0.55, 0.66),
+                    _conf("single", tvm, 0.62, 0.58, 0.70), _conf("candidate", cand, 0.58, 0.54, 0.63)]
+    best, why = _recommend(cand, confirmation)
+    assert best == ov
+    assert "tied with 0 passes @ TVM alone" in why and "0 passes @ OpenVINO" in why
+    assert "slower" not in why  # the candidate's interval overlaps OpenVINO's: not shown slower, nor faster
+    assert "no measurable difference" in why
+
+
+def test_a_backend_whose_interval_holds_1_does_not_replace_onnxruntime():
+    from fusionviz.tune import TuneConfig, _recommend
+
+    ov = TuneConfig((), backend="openvino")
+    confirmation = [_conf("baseline", _base(), 1.0, 1.0, 1.0), _conf("single", ov, 0.9, 0.7, 1.1)]
+    best, why = _recommend(ov, confirmation)
+    assert best == _base() and "faster" not in why
+    assert _result(best, confirmation).claim().startswith("the original under onnxruntime level all")
+
+
+def test_slower_only_when_established():
+    from fusionviz.tune import TuneConfig, _recommend
+
+    cand = TuneConfig(("fold_batchnorm",), "extended")
+    confirmation = [_conf("baseline", _base(), 1.0, 1.0, 1.0), _conf("candidate", cand, 1.3, 1.2, 1.4)]
+    _, why = _recommend(cand, confirmation)
+    assert "was slower" in why
+    confirmation = [_conf("baseline", _base(), 1.0, 1.0, 1.0), _conf("candidate", cand, 1.05, 0.9, 1.2)]
+    _, why = _recommend(cand, confirmation)
+    assert "slower" not in why and "no measurable difference" in why

@@ -19,7 +19,7 @@
    rounds of (round median of one / round median of the other), so a load change on the
    machine hits both sides of each ratio. Its 95% interval is the distribution-free interval of
    that median (:func:`fusionviz.bench.stats.median_ci`); an effect whose interval contains 1 is
-   *within noise*.
+   *within noise*, and reads "no measurable difference" (:mod:`fusionviz.bench.claims`).
 """
 
 from __future__ import annotations
@@ -334,13 +334,26 @@ class Effect:
             return False
         return self.ci_low <= 1.0 <= self.ci_high
 
-    def describe(self) -> str:
-        """``-12.3% [-14.0%, -10.1%]``, ``+0.4% [-1.2%, +2.0%] within noise`` or the error."""
+    def claim(self, with_figures: bool = True) -> str:
+        """The words for this effect (:func:`fusionviz.bench.claims.speed_claim`), or the error."""
+        from fusionviz.bench.claims import speed_claim
+
         if self.ratio is None:
             return self.error or "not measured"
-        text = (f"{_pct(self.pct)} [{_pct(100 * (self.ci_low - 1))}, {_pct(100 * (self.ci_high - 1))}]"
-                if self.ci_low is not None and self.ci_high is not None else _pct(self.pct))
-        return text + (" within noise" if self.within_noise else "")
+        return speed_claim(self.ratio, self.ci_low, self.ci_high, with_figures=with_figures)
+
+    def describe(self) -> str:
+        """``1.14× faster (12% less time; ratio 0.877, 95% interval [0.860, 0.900])``,
+        ``no measurable difference (ratio 1.004, 95% interval [0.988, 1.020])`` or the error."""
+        return self.claim()
+
+    def interval(self) -> str:
+        """``0.877 [0.860, 0.900]``: the ratio and its 95% interval ("" when there is none)."""
+        if self.ratio is None:
+            return ""
+        if self.ci_low is None or self.ci_high is None:
+            return f"{self.ratio:.3f}"
+        return f"{self.ratio:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]"
 
     def as_dict(self) -> dict:
         """Plain data, with ``pct`` and ``within_noise``."""
@@ -348,11 +361,6 @@ class Effect:
         d["pct"] = self.pct
         d["within_noise"] = self.within_noise
         return d
-
-
-def _pct(x: float) -> str:
-    """``-4.3%``; two decimals near zero, so a bound just off 0 does not read as ``-0.0%``."""
-    return f"{x:+.2f}%" if 0 < abs(x) < 0.05 else f"{x:+.1f}%"
 
 
 def paired_ratio(result: BenchResult, baseline: BenchResult) -> tuple[float, float, float, int] | None:
@@ -479,3 +487,34 @@ def level_effects(results: Sequence[BenchResult], baseline_label: str = ORIGINAL
         return []
     prefix = baseline_label + " @"
     return [effect(r, base, r.label[len(prefix):].strip()) for r in results if r.label.startswith(prefix)]
+
+
+def effects_table(effects: Sequence[Effect], results: Sequence[BenchResult] = ()) -> list[dict]:
+    """The table beside a what-if chart, made from the chart's own effects (the same numbers).
+
+    Args:
+        effects: the effects the chart draws (:func:`cumulative_effects`,
+            :func:`leave_one_out_effects`, :func:`level_effects`).
+        results: the benchmark results, for the static memory of each variant and its baseline.
+
+    Returns:
+        One dict per effect: ``variant``, ``vs`` (its baseline's label), ``median ms``,
+        ``ratio [95% interval]``, ``claim`` (:func:`fusionviz.bench.claims.speed_claim`, the
+        words the chart's bar is labelled with) and ``Δ static intermediates (bytes)`` against
+        the same baseline (None when either side has tensors of unknown size).
+    """
+    by = {r.label: r for r in results}
+    rows = []
+    for e in effects:
+        row = {"variant": e.label, "vs": e.baseline,
+               "median ms": round(e.median_ms, 3) if e.median_ms is not None else None,
+               "ratio [95% interval]": e.interval(), "claim": e.claim(with_figures=False),
+               "Δ static intermediates (bytes)": None}
+        a, b = by.get(e.label), by.get(e.baseline)
+        if a is not None and b is not None and not (a.memory.get("static_unknown_tensors")
+                                                    or b.memory.get("static_unknown_tensors")):
+            x, y = _static(a, "static_sum_intermediate_bytes"), _static(b, "static_sum_intermediate_bytes")
+            if x is not None and y is not None:
+                row["Δ static intermediates (bytes)"] = x - y
+        rows.append(row)
+    return rows

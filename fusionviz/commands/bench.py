@@ -6,9 +6,14 @@ Without ``--variant`` the set is ``original`` and ``all passes``. With ``--backe
 than one backend, each of those variants is measured on every backend in the same interleaved
 run, labelled ``LABEL (backend)``; ``--reference`` and ``--whatif`` variants stay on onnxruntime.
 A backend that cannot run here, or cannot compile the model, fails its own variants with one
-line each; the others are measured. Progress goes to stderr, the table to stdout (followed by
-one line per backend with the settings it applied, flush-to-zero included), and ``--json``
-writes one record per variant (with its ``backend``).
+line each; the others are measured. A variant asked for twice (the same model and settings
+under two labels) is measured once (:mod:`fusionviz.bench.identity`). Progress goes to stderr,
+the table to stdout: each variant against the first and against the original at the same
+settings, as a paired ratio with its 95% interval and in :mod:`fusionviz.bench.claims`' words
+("faster" / "slower" only when the interval excludes 1); with ``--whatif``, one line per
+what-if effect (the Benchmark page's per-pass chart, from the same functions); then one line per
+backend with the settings it applied, flush-to-zero included. ``--json`` writes one record per
+variant (with its ``backend``).
 """
 
 from __future__ import annotations
@@ -132,16 +137,39 @@ def build_variants(model, args, settings, shapes, freeze=None) -> list:
     return variants
 
 
-def _fmt_table(results) -> str:
+def _vs(r, base) -> tuple[str, str]:
+    """(ratio [95% interval], words) of ``r`` against ``base``."""
+    from fusionviz.bench import whatif
+
+    if base is None:
+        return "-", "-"
+    if base.label == r.label:
+        return "1.000", "(itself)"
+    e = whatif.effect(r, base)
+    return e.interval() or "-", e.claim(with_figures=False)
+
+
+def _fmt_table(results, originals=None) -> str:
+    """The results table; ``originals`` are the labels whose model is the original (for the
+    column against the original at the same settings)."""
+    from fusionviz.bench import identity
+
     base = next((r for r in results if r.stats is not None), None)
-    rows = [("variant", "median ms", "p10-p90 ms", "95% CI ms", "n", "vs first", "RSS run MB",
-             "static peak MB", "verify")]
+    rows = [("variant", "median ms", "p10-p90 ms", "95% CI ms", "n", "vs first: ratio [95% CI]", "vs first",
+             "vs original, same settings", "RSS run MB", "static peak MB", "verify")]
     for r in results:
         if r.stats is None:
-            rows.append((r.label, "-", "-", "-", "-", "-", "-", "-", f"ERROR: {r.error}"))
+            rows.append((r.label, "-", "-", "-", "-", "-", "-", "-", "-", "-", f"ERROR: {r.error}"))
             continue
         s = r.stats
-        ratio = f"{s.median_ms / base.stats.median_ms:.3f}x" if base else "-"
+        ratio, words = _vs(r, base)
+        same = "-"
+        if originals is not None:
+            if r.label in originals:
+                same = "(the original)"
+            else:
+                orig = identity.original_at(results, originals, r.settings)
+                same = "not measured" if orig is None else "{1}; {0}".format(*_vs(r, orig))
         mem = r.memory
         rss = f"{mem['rss_run_mb']:.1f}" if mem.get("rss_run_mb") is not None else "-"
         sp = mem.get("static_peak_reuse_bytes")
@@ -151,9 +179,23 @@ def _fmt_table(results) -> str:
             ver = "ok" if r.verify.get("ok") else (r.verify.get("error") or f"max rel {r.verify.get('max_rel_diff', 0):.1e}")
         rows.append((r.label + (" (unstable)" if s.unstable else ""), f"{s.median_ms:.3f}",
                      f"{s.p10_ms:.3f}-{s.p90_ms:.3f}", f"{s.ci_low_ms:.3f}-{s.ci_high_ms:.3f}", str(s.n),
-                     ratio, rss, sp_s, ver))
+                     ratio, words, same, rss, sp_s, ver))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows)
+
+
+def _whatif_lines(results) -> list[str]:
+    """The per-pass effects with their words: the same effects the Benchmark page charts."""
+    from fusionviz.bench import whatif
+
+    lines: list[str] = []
+    for kind, read in (("cumulative", whatif.cumulative_effects), ("leave-one-out", whatif.leave_one_out_effects)):
+        effects, settings = read([r for r in results if r.stats is not None])
+        if not effects:
+            continue
+        lines.append(whatif.run_title(kind, settings) + ":")
+        lines += [f"  {e.label} vs {e.baseline}: {e.describe()}" for e in effects]
+    return lines
 
 
 def _backend_lines(results) -> list[str]:
@@ -173,7 +215,7 @@ def _backend_lines(results) -> list[str]:
 
 def run(args) -> int:
     from fusionviz.backends.registry import parse_backends
-    from fusionviz.bench import Settings, run_benchmark
+    from fusionviz.bench import Settings, identity, run_benchmark
 
     backends = parse_backends(args.backend)  # unknown names -> InputSpecError before any work
     if args.threads < 1:
@@ -190,8 +232,11 @@ def run(args) -> int:
                                     "or --reference.")
     loaded, plan, shapes, feeds = common.load_with_plan(args)  # the inputs verify uses, checked on the original
     variants = build_variants(loaded.proto, args, settings, shapes, common.freeze_of(args, plan))
+    measured = identity.measure_once(variants)
+    for line in measured.notes():
+        common.progress(line)
     on = f" on {', '.join(backends)}" if len(backends) > 1 else ""
-    common.progress(f"benchmarking {len(variants)} variants of {loaded.name}{on} ({settings.describe()})")
+    common.progress(f"benchmarking {len(measured.variants)} variants of {loaded.name}{on} ({settings.describe()})")
     last = [-1]
 
     def on_progress(frac: float, msg: str) -> None:
@@ -201,12 +246,20 @@ def run(args) -> int:
         last[0] = pct
         common.progress(f"[{pct:3d}%] {msg}")
 
-    results = run_benchmark(variants, shapes=plan.shapes(), feeds=feeds, min_time_s=args.min_time,
-                            max_rounds=args.max_rounds, timeout_s=args.timeout,
-                            mem_limit_mb=args.mem_limit, profile=args.profile,
-                            verify_against=None if args.no_verify else loaded.proto,
-                            progress=on_progress)
-    table = "\n".join([_fmt_table(results), *_backend_lines(results)])
+    results = measured.expand(run_benchmark(list(measured.variants), shapes=plan.shapes(), feeds=feeds,
+                                            min_time_s=args.min_time, max_rounds=args.max_rounds,
+                                            timeout_s=args.timeout, mem_limit_mb=args.mem_limit,
+                                            profile=args.profile,
+                                            verify_against=None if args.no_verify else loaded.proto,
+                                            progress=on_progress))
+    from fusionviz.passes import run_pipeline
+
+    # The original as loaded, and as the pipeline hands it on (what the what-if steps start from).
+    seen_by_passes = run_pipeline(loaded.proto, [], shapes=shapes, keep_snapshots=False, validate=False,
+                                  near_misses=False).original
+    originals = measured.labels_of(loaded.proto, seen_by_passes)
+    table = "\n".join([_fmt_table(results, originals), *_whatif_lines(results),
+                       *_backend_lines(results)])
     for r in results:
         if r.error is not None and r.backend != "ort":
             common.progress(f"{r.label}: {r.error}")
@@ -216,5 +269,5 @@ def run(args) -> int:
         print(table)
     if args.json:
         common.write_json({"model": loaded.name, "sha256": loaded.sha256,
-                    "variants": [r.as_dict() for r in results]}, args.json)
+                    "variants": [r.as_dict() for r in results], "same_as": dict(measured.same_as)}, args.json)
     return 0

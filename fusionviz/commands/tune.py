@@ -3,7 +3,8 @@
 Searches pass subsets × onnxruntime level × backend for the fastest verified variant, then
 confirms it in a fresh interleaved run against the original under onnxruntime level all and each
 backend alone (see :mod:`fusionviz.tune`). Progress and the search path go to stderr; the
-recommendation with its confirmed ratio and interval, one line per backend with the settings it
+recommendation with its confirmed ratio and interval (in :mod:`fusionviz.bench.claims`' words:
+"faster" only when the interval excludes 1), one line per backend with the settings it
 applied (flush-to-zero included), and a line for each backend that could not be used.
 """
 
@@ -40,6 +41,7 @@ def _applied_line(c) -> str:
 
 def run(args) -> int:
     from fusionviz.backends.registry import parse_backends
+    from fusionviz.bench.claims import speed_claim
     from fusionviz.tune import tune
 
     backends = parse_backends(args.backend)  # unknown names -> InputSpecError before any work
@@ -57,8 +59,9 @@ def run(args) -> int:
         if c.ratio is None:
             common.progress(f"  {c.role:<9} {c.config.label():<40} failed: {c.note}")
             continue
-        common.progress(f"  {c.role:<9} {c.config.label():<40} {c.median_ms:8.3f} ms  x{c.ratio:.3f} "
-                 f"[{c.ci_low:.3f}, {c.ci_high:.3f}]  {'verified' if c.verified else c.note}")
+        words = "(the baseline)" if c.role == "baseline" else speed_claim(c.ratio, c.ci_low, c.ci_high)
+        common.progress(f"  {c.role:<9} {c.config.label():<40} {c.median_ms:8.3f} ms  {words}  "
+                        f"{'verified' if c.verified else c.note}")
     seen = set()
     for c in result.confirmation:
         if c.applied and c.config.backend not in seen:
@@ -66,10 +69,7 @@ def run(args) -> int:
             common.progress(_applied_line(c))
     for line in result.backend_notes.values():
         common.progress(f"  {line}")
-    lo, hi = result.ratio_ci
-    interval = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
-    common.progress(f"best: {result.best.label()}  {result.best_ms:.3f} ms vs original @ORT all {result.baseline_ms:.3f} ms "
-             f"(x{result.ratio:.3f}{interval}, {result.speedup:.2f}x faster)")
+    common.progress(f"best: {result.claim()}")
     common.progress(result.recommendation)
     common.progress(f"passes: {','.join(result.best.passes) or '(none)'}")
     if args.json:

@@ -12,9 +12,16 @@ Rules:
 2. Comparisons across onnxruntime levels are their own variants: the reference (the original
    under level 'all', on by default, what a user gets from onnxruntime alone) and, when asked,
    the original under every level.
-3. Every comparison bar is a paired ratio with its 95% interval; a bar whose interval holds
-   1 is labelled *within noise*.
+3. Every comparison bar is a paired ratio with its 95% interval, in the words of
+   :mod:`fusionviz.bench.claims` ("2.6× faster (61% less time)"; "no measurable difference"
+   when the interval holds 1). The table beside a what-if chart is made from the chart's own
+   effects (:func:`fusionviz.bench.whatif.effects_table`): the same numbers.
 4. The inputs are the Model page's (the same plan as verification).
+5. A variant is its model and its settings (:mod:`fusionviz.bench.identity`): the same variant
+   asked for twice (the current selection and the last cumulative step, say) is measured once
+   and shown under both labels.
+6. The results table compares every variant with the reference and with the original at the
+   same settings (the same onnxruntime level, or the same other runtime).
 """
 
 from __future__ import annotations
@@ -90,7 +97,9 @@ def reference_label(plan_level: str) -> str:
 def build_variants(plan: Plan, proto: Any, passes: list[str], result: Any, shapes: dict) -> tuple[list, dict]:
     """Variants for ``plan``; returns (variants, notes) where notes explain anything left out.
 
-    The per-pass what-if variants all share the run's settings (rule 1).
+    The per-pass what-if variants all share the run's settings (rule 1). A variant may come
+    twice, under one label or two (rule 5): :func:`fusionviz.bench.identity.measure_once`
+    measures it once.
     """
     from fusionviz.bench import Settings, Variant
 
@@ -98,12 +107,7 @@ def build_variants(plan: Plan, proto: Any, passes: list[str], result: Any, shape
                         denormal_as_zero=plan.denormal)
     variants: list = []
     notes: dict[str, str] = {}
-    labels: set[str] = set()
-
-    def add(v) -> None:
-        if v.label not in labels:
-            labels.add(v.label)
-            variants.append(v)
+    add = variants.append
 
     if plan.current and passes:
         add(Variant(current_label(passes), result.final, settings, tuple(passes)))
@@ -165,7 +169,7 @@ def bench_feeds(loaded: Any) -> dict | None:
 
 def _worker(job: BenchJob, plan: Plan, proto: Any, passes: list[str], result: Any, shapes: dict,
             feeds: dict | None = None) -> None:
-    from fusionviz.bench import BenchCancelled, run_benchmark
+    from fusionviz.bench import BenchCancelled, identity, run_benchmark
 
     def progress(fraction: float, msg: str) -> None:
         job.fraction = max(0.0, min(1.0, float(fraction)))
@@ -178,10 +182,17 @@ def _worker(job: BenchJob, plan: Plan, proto: Any, passes: list[str], result: An
         if not variants:
             job.error = "Choose at least one variant (and select passes for the per-pass ones)."
             return
-        job.context["labels"] = [v.label for v in variants]
-        job.results = run_benchmark(variants, shapes=shapes or None, feeds=feeds, min_time_s=plan.min_time_s,
-                                    profile=plan.profile, verify_against=result.original,
-                                    progress=progress, cancel=job.cancel)
+        measured = identity.measure_once(variants)  # rule 5
+        job.context["labels"] = [v.label for v in measured.requested]
+        job.context["same_as"] = dict(measured.same_as)
+        job.context["originals"] = measured.labels_of(result.original)
+        if measured.same_as:
+            notes["measured once"] = "; ".join(f"'{a}' is the same model and settings as '{b}'"
+                                               for a, b in measured.same_as.items())
+        job.results = measured.expand(run_benchmark(list(measured.variants), shapes=shapes or None, feeds=feeds,
+                                                    min_time_s=plan.min_time_s, profile=plan.profile,
+                                                    verify_against=result.original, progress=progress,
+                                                    cancel=job.cancel))
     except BenchCancelled:
         job.error = "Benchmark cancelled."
     except errors.FusionvizError as exc:
@@ -315,9 +326,34 @@ def _poll(job: BenchJob) -> None:
     st.rerun()
 
 
-def results_table(results: list, level: str = "off") -> pd.DataFrame:
-    """One row per variant: latency statistics, the paired ratio to the reference, memory,
-    verification, error (rules 2 and 3)."""
+SAME_SETTINGS = "vs original, same settings"
+
+
+def _vs_original(r: Any, results: list, originals: list[str] | None) -> str | None:
+    """Rule 6: ``r`` against the original measured under exactly ``r``'s settings."""
+    from fusionviz.bench import identity, whatif
+
+    if originals is None or r.stats is None:
+        return None
+    if r.label in originals:
+        return "(the original)"
+    base = identity.original_at(results, originals, r.settings)
+    if base is None:
+        return f"not measured (no original under {r.settings.describe()})"
+    return whatif.effect(r, base).describe()
+
+
+def results_table(results: list, level: str = "off", originals: list[str] | None = None) -> pd.DataFrame:
+    """One row per variant: latency statistics, the paired ratio to the reference and to the
+    original at the same settings, memory, verification, error (rules 2, 3 and 6).
+
+    Args:
+        results: the run's results.
+        level: the run's onnxruntime level.
+        originals: labels of the variants whose model is the original
+            (:meth:`fusionviz.bench.identity.Measured.labels_of`); None leaves the same-settings
+            column empty.
+    """
     from fusionviz.bench import whatif
 
     ref_label = reference_label(level)
@@ -327,12 +363,13 @@ def results_table(results: list, level: str = "off") -> pd.DataFrame:
         st_ = r.stats
         v = r.verify or {}
         vs_ref = None
-        if ref is not None and st_ is not None and r is not ref:
+        if ref is not None and st_ is not None and r.label != ref.label:
             vs_ref = whatif.effect(r, ref).describe()
         rows.append({
             "variant": r.label,
             "median ms": round(st_.median_ms, 3) if st_ else None,
-            f"vs {ref_label}": vs_ref if r is not ref else ("reference" if ref is not None else None),
+            f"vs {ref_label}": vs_ref if r.label != ref_label else ("reference" if ref is not None else None),
+            SAME_SETTINGS: _vs_original(r, results, originals),
             "p10 ms": round(st_.p10_ms, 3) if st_ else None,
             "p90 ms": round(st_.p90_ms, 3) if st_ else None,
             "95% CI ms": f"{st_.ci_low_ms:.3f}–{st_.ci_high_ms:.3f}" if st_ else None,
@@ -349,74 +386,42 @@ def results_table(results: list, level: str = "off") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def effect_chart(effects: list, title: str, axis: str, *, better: str = "lower") -> Any:
-    """Horizontal bars of paired-ratio changes in percent with their 95% intervals (rule 3).
+def effects_frame(effects: list, results: list) -> pd.DataFrame:
+    """Rule 3: the table beside a what-if chart, from the chart's own effects."""
+    from fusionviz.bench import whatif
 
-    Args:
-        effects: :class:`fusionviz.bench.whatif.Effect` records.
-        title: the chart title (names the run's onnxruntime level).
-        axis: the x axis title.
-        better: ``"lower"`` when a negative change is good (faster), ``"higher"`` otherwise.
-
-    Returns:
-        A plotly figure; bars within noise are grey and say so in their label.
-    """
-    import plotly.graph_objects as go
-
-    names, pct, plus, minus, colors, text = [], [], [], [], [], []
-    for e in effects:
-        names.append(e.name)
-        p = e.pct or 0.0
-        pct.append(p)
-        lo = 100 * (e.ci_low - 1) if e.ci_low is not None else p
-        hi = 100 * (e.ci_high - 1) if e.ci_high is not None else p
-        plus.append(max(hi - p, 0.0))
-        minus.append(max(p - lo, 0.0))
-        good = (p < 0) if better == "lower" else (p > 0)
-        colors.append("#9e9e9e" if e.ratio is None or e.within_noise else ("#2e9d4f" if good else "#d64545"))
-        text.append(e.describe())
-    fig = go.Figure(go.Bar(y=names, x=pct, orientation="h", marker_color=colors, hovertext=text,
-                           hoverinfo="y+text",
-                           error_x={"type": "data", "symmetric": False, "array": plus, "arrayminus": minus,
-                                    "color": "#444", "thickness": 1.2}))
-    # Each bar's figure and interval in a column right of the plot, clear of the error bars.
-    for name, label, color in zip(names, text, colors, strict=True):
-        fig.add_annotation(x=1.01, xref="paper", y=name, yref="y", xanchor="left", showarrow=False,
-                           text=label, font={"color": "#666" if color == "#9e9e9e" else "#222", "size": 12})
-    span = max([abs(p) + max(a, b) for p, a, b in zip(pct, plus, minus, strict=True)] or [1.0])
-    fig.update_layout(title=title, xaxis_title=axis, height=150 + 40 * max(len(effects), 1),
-                      margin={"l": 10, "r": 250, "t": 60, "b": 50}, showlegend=False)
-    fig.update_xaxes(range=[-1.15 * span, 1.15 * span], zeroline=True, zerolinewidth=2, zerolinecolor="#333")
-    fig.update_yaxes(autorange="reversed")
-    return fig
+    rows = whatif.effects_table(effects, results)
+    for row in rows:
+        b = row.pop("Δ static intermediates (bytes)")
+        row["Δ static intermediates"] = common.fmt_bytes(b) if b is not None else None
+    return pd.DataFrame(rows)
 
 
 def _per_pass(ok: list) -> None:
-    """Rule 1 and 3: the cumulative and leave-one-out effects, each at the run's one level."""
+    """Rule 1 and 3: the cumulative and leave-one-out effects, each at the run's one level; each
+    chart with its table, both from one list of effects."""
+    from fusionviz import charts
     from fusionviz.bench import whatif
 
     cum, cum_settings = whatif.cumulative_effects(ok)
     if cum:
-        st.plotly_chart(effect_chart(cum, whatif.run_title("cumulative", cum_settings),
-                                     "latency change vs the step before (%, 95% interval of the paired ratio)"),
+        st.plotly_chart(charts.effect_bars(cum, whatif.run_title("cumulative", cum_settings),
+                                           "time change vs the step before (%, 95% interval of the paired ratio)"),
                         width="stretch", key="chart_waterfall")
-        steps = whatif.cumulative_steps(whatif.cumulative_results(ok))
-        st.dataframe(pd.DataFrame([{
-            "step": s["label"], "median ms": s["median_ms"], "Δ ms": s["delta_ms"],
-            "Δ static intermediates": common.fmt_bytes(s["delta_static_sum_bytes"])
-            if s["delta_static_sum_bytes"] is not None else None,
-        } for s in steps]), hide_index=True, width="stretch")
+        st.dataframe(effects_frame(cum, ok), hide_index=True, width="stretch", key="table_cumulative")
     else:
         st.caption("Tick 'Per pass: cumulative' and run again to see what each pass adds.")
     loo, loo_settings = whatif.leave_one_out_effects(ok)
     if loo:
-        st.plotly_chart(effect_chart(loo, whatif.run_title("leave-one-out", loo_settings),
-                                     "latency without the pass vs all passes (%; above 0: the pass helps)",
-                                     better="higher"), width="stretch", key="chart_loo")
+        st.plotly_chart(charts.effect_bars(loo, whatif.run_title("leave-one-out", loo_settings),
+                                           "time without the pass vs all passes (%; above 0: the pass helps)",
+                                           better="higher"), width="stretch", key="chart_loo")
+        st.dataframe(effects_frame(loo, ok), hide_index=True, width="stretch", key="table_loo")
 
 
 def _levels(ok: list, level: str) -> None:
     """Rule 2: onnxruntime's levels as their own comparison, against the original at the run's level."""
+    from fusionviz import charts
     from fusionviz.bench import whatif
 
     eff = whatif.level_effects(ok, "original")
@@ -424,8 +429,8 @@ def _levels(ok: list, level: str) -> None:
         st.caption("Tick 'Original' with the reference or 'Original under every ORT level' to compare "
                    "onnxruntime's own levels.")
         return
-    st.plotly_chart(effect_chart(eff, f"The original under other onnxruntime levels, vs the original at "
-                                      f"level '{level}'", "latency change (%, 95% interval of the paired ratio)"),
+    st.plotly_chart(charts.effect_bars(eff, f"The original under other onnxruntime levels, vs the original at "
+                                            f"level '{level}'", "time change (%, 95% interval of the paired ratio)"),
                     width="stretch", key="chart_levels")
 
 
@@ -520,8 +525,7 @@ def _tune(loaded: Any, busy: bool) -> None:
         if not saved or saved.get("sha256") != loaded.sha256:
             return
         res = saved["result"]
-        st.success(f"Winner: {res.best.label()} — {res.best_ms:.2f} ms vs the original under ORT all "
-                   f"{res.baseline_ms:.2f} ms ({res.speedup:.2f}× faster), verified.")
+        (st.success if res.established else st.info)(res.claim())
         if res.recommendation:
             st.caption(res.recommendation)
         for note in res.backend_notes.values():
@@ -580,7 +584,8 @@ def body() -> None:
                 st.warning(f"{r.label}: {state.scrub(r.error)}")
         _charts(results, context)
         level = (context.get("settings") or {}).get("level", "off")
-        st.dataframe(results_table(results, level), hide_index=True, width="stretch")
+        st.dataframe(results_table(results, level, context.get("originals")), hide_index=True, width="stretch",
+                     key="bench_table")
         with common.guard("preparing the downloads"):
             _downloads(loaded, bench)
     else:

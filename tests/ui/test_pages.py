@@ -324,14 +324,18 @@ def _show_tune(app, res) -> None:
 
 
 def test_tune_result_is_shown_and_applied(app):
-    from fusionviz.tune import TuneConfig, TuneResult, TuneStep
+    from fusionviz.tune import Confirmed, TuneConfig, TuneResult, TuneStep
 
     best = TuneConfig(passes=("identity_elimination",), level="basic")
+    confirmation = (Confirmed("baseline", TuneConfig((), "all"), 1.5, 1.0, 1.0, 1.0, True),
+                    Confirmed("candidate", best, 1.0, 0.667, 0.64, 0.70, True))
     res = TuneResult(best=best, best_ms=1.0, baseline_ms=1.5,
                      steps=(TuneStep("start", best, 1.2, True), TuneStep("level", best, 1.0, True, chosen=True)),
-                     seconds=3.0, budget_s=20.0, inactive_passes=(), budget_exhausted=False)
+                     seconds=3.0, budget_s=20.0, inactive_passes=(), budget_exhausted=False,
+                     confirmation=confirmation)
     _show_tune(app, res)
-    assert any("1.50× faster" in s.value for s in app.success)
+    assert any("1.5× faster (33% less time; ratio 0.667, 95% interval [0.640, 0.700])" in s.value
+               for s in app.success)
     app.button(key="tune_apply").click().run()
     assert app.session_state[state.PASSES] == ["identity_elimination"]
     assert app.session_state[state.WIDGETS]["bench_level"] == "basic"
