@@ -1,4 +1,19 @@
-"""fuse_conv_activation: Conv + activation into onnxruntime's ``com.microsoft.FusedConv``."""
+"""fuse_conv_activation: Conv [+ residual Add] + activation into onnxruntime's ``com.microsoft.FusedConv``.
+
+Rules (the code points back to them):
+
+1. ``Act(Conv(x))`` → ``FusedConv(x, W, b, activation=Act)`` for the activations onnxruntime's
+   CPU kernel takes (:data:`_FUSED_ACTIVATIONS`; onnxruntime 1.32 also computes ``HardSwish``).
+2. ``[Act](Add(Conv(x), z))`` → ``FusedConv(x, W, b, z, activation=Act)``: the kernel's fourth
+   input ``Z`` is added to the convolution (bias included) before the activation, element by
+   element, without broadcasting (checked against the unfused nodes in onnxruntime, at level
+   off and at level all, where its NCHWc transformer leaves a FusedConv with ``Z`` as it is).
+   So ``z`` must provably have the Conv output's shape (:mod:`fusionviz.passes.dims`: a
+   residual Add of an export with symbolic input dims is proved through the graph), and be
+   float32 like the Conv. A per-channel constant ``z`` is a bias (``fuse_conv_add_bias``).
+   The Add + activation form is matched before the lone Add, and both before rule 1.
+3. Conv + SiLU has no kernel: a ``no_kernel`` near miss says so at each site.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +23,11 @@ from onnxscript.rewriter import pattern as orp
 
 from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass
+from fusionviz.passes.dims import DimKeys
 from fusionviz.passes.facts import weight_value
-from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import
+from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import, per_channel
 from fusionviz.passes.rewrite import apply_rules
+from fusionviz.passes.shapes import infer_shapes_if_needed
 
 _FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -18,12 +35,23 @@ _FLT_MAX = float(np.finfo(np.float32).max)
 _FUSED_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish")
 
 
+def _float32_conv(conv: ir.Node, r: orp.MatchResult) -> orp.MatchResult:
+    w = weight_value(conv.inputs[1])
+    dtype = conv.inputs[1].dtype
+    if dtype is None and w is not None:
+        dtype = ir.DataType.from_numpy(w.dtype)
+    if dtype != ir.DataType.FLOAT:
+        return r.fail("onnxruntime's CPU FusedConv kernel is float32 only.")
+    return r
+
+
 class _ConvActivation(orp.RewriteRuleClassBase):
-    """``Act(Conv(x, W[, b]))`` → ``com.microsoft.FusedConv(x, W[, b], activation=Act)``."""
+    """Rule 1: ``Act(Conv(x, W[, b]))`` → ``com.microsoft.FusedConv(x, W[, b], activation=Act)``."""
 
     def __init__(self, act: str) -> None:
         super().__init__(name=f"Conv{act}ToFusedConv")
         self._act = act
+        self._activation_params: list[float] = []
 
     def pattern(self, op, x):
         conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
@@ -52,14 +80,9 @@ class _ConvActivation(orp.RewriteRuleClassBase):
         return [], ""
 
     def check(self, context, x, conv_out, act_out) -> orp.MatchResult:
-        r = orp.MatchResult()
-        conv = conv_out.producer()
-        w = weight_value(conv.inputs[1])
-        dtype = conv.inputs[1].dtype
-        if dtype is None and w is not None:
-            dtype = ir.DataType.from_numpy(w.dtype)
-        if dtype != ir.DataType.FLOAT:
-            return r.fail("onnxruntime's CPU FusedConv kernel is float32 only.")
+        r = _float32_conv(conv_out.producer(), orp.MatchResult())
+        if not r:
+            return r
         params, reason = self._params(act_out.producer())
         if params is None:
             return r.fail(reason)
@@ -74,6 +97,92 @@ class _ConvActivation(orp.RewriteRuleClassBase):
                             activation=self._act, **extra, **attrs)
 
 
+class _ConvAddActivation(_ConvActivation):
+    """Rule 2: ``[Act](Add(Conv(x, W[, b]), z))`` → ``FusedConv(x, W, b, z[, activation=Act])``.
+
+    ``sums`` maps each Add node (by id) to, per input index read from a Conv, None when the
+    other input provably has the Conv output's shape, else why not (built before any rewrite,
+    so that a residual chain whose ``z`` a previous site just rewrote is still judged).
+    """
+
+    def __init__(self, act: str | None, sums: dict[int, dict[int, tuple[str, str, str] | None]]) -> None:
+        orp.RewriteRuleClassBase.__init__(self, name=f"ConvAdd{act or ''}ToFusedConv")
+        self._act = act
+        self._sums = sums
+        self._activation_params = []
+
+    def pattern(self, op, x, z):
+        conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
+        total = op.Add(conv, z, _outputs=["add_out"])
+        if self._act is None:
+            return total
+        return getattr(op, self._act)(total, _allow_other_inputs=True, _outputs=["act_out"])
+
+    def check(self, context, x, z, conv_out, add_out, act_out=None) -> orp.MatchResult:
+        r = _float32_conv(conv_out.producer(), orp.MatchResult())
+        if not r:
+            return r
+        add = add_out.producer()
+        if z.dtype is not None and z.dtype != ir.DataType.FLOAT:
+            return r.fail(f"The Add's other input '{z.name}' is not float32.")
+        index = next((i for i, v in enumerate(add.inputs) if v is conv_out), None)
+        why = self._sums.get(id(add), {}).get(index, ("the Add was not seen before the pass", "", "condition"))
+        if why is not None:
+            reason, hint, kind = why
+            if nearmiss.active():
+                nearmiss.note([conv_out.producer(), add] + ([act_out.producer()] if act_out is not None else []), add,
+                              f"FusedConv adds its sum input Z without broadcasting, and {reason}", hint=hint,
+                              kind=kind, rule=self.name, depth=150)
+            return r.fail(reason)
+        self._activation_params = []
+        if act_out is not None:
+            params, reason = self._params(act_out.producer())
+            if params is None:
+                return r.fail(reason)
+            self._activation_params = params
+        return r
+
+    def rewrite(self, op, x, z, conv_out, add_out, act_out=None):
+        conv = conv_out.producer()
+        attrs = dict(conv.attributes)
+        extra = {"activation": self._act} if self._act else {}
+        if self._activation_params:
+            extra["activation_params"] = self._activation_params
+        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+        return op.FusedConv(conv.inputs[0], conv.inputs[1], bias, z, _domain=MS_DOMAIN, _name=conv.name,
+                            **extra, **attrs)
+
+
+def _sum_table(model: ir.Model) -> dict[int, dict[int, tuple[str, str, str] | None]]:
+    """Rule 2's shape judgement for every Add that reads a Conv output (see :class:`_ConvAddActivation`)."""
+    adds = [n for n in model.graph if n.op_type == "Add" and n.domain == "" and len(n.inputs) == 2
+            and any(v is not None and v.producer() is not None and v.producer().op_type == "Conv" for v in n.inputs)]
+    if not adds:
+        return {}
+    infer_shapes_if_needed(model, [v for n in adds for v in n.inputs])
+    keys = DimKeys(model.graph)
+    table: dict[int, dict[int, tuple[str, str, str] | None]] = {}
+    for add in adds:
+        for i, v in enumerate(add.inputs):
+            conv = v.producer() if v is not None else None
+            if conv is None or conv.op_type != "Conv":
+                continue
+            z = add.inputs[1 - i]
+            why = keys.why_not_same(v, z)
+            if why is None:
+                table.setdefault(id(add), {})[i] = None
+                continue
+            w = weight_value(conv.inputs[1])
+            zc = weight_value(z)
+            if zc is not None and w is not None and per_channel(zc, w.ndim, w.shape[0]) is not None:
+                entry = (f"'{z.name}' is a per-channel constant (a bias)",
+                         "turn on fuse_conv_add_bias first (it folds the Add into the Conv bias)", "needs_pass")
+            else:
+                entry = (why, "give the model's input shapes (--shape) so that the shapes are known", "condition")
+            table.setdefault(id(add), {})[i] = entry
+    return table
+
+
 class FuseConvActivation(Pass, name="fuse_conv_activation", category=Category.FUSE, order=260,
                          trigger_ops={"Conv"}):
     """Conv + activation into onnxruntime's contrib ``com.microsoft.FusedConv``."""
@@ -84,6 +193,8 @@ class FuseConvActivation(Pass, name="fuse_conv_activation", category=Category.FU
 `Tanh` or `HardSwish` becomes one `com.microsoft.FusedConv` node (onnxruntime's contrib
 operator) whose `activation` / `activation_params` attributes apply the activation inside the
 convolution kernel. After *Fold BatchNorm*, Conv + BatchNorm + ReLU ends as this single node.
+A residual `Add` between the Conv and the activation (ResNet's `relu(conv(x) + shortcut)`)
+goes in too, as FusedConv's sum input `Z`; so does a residual Add with no activation after it.
 
 **Why faster:** the activation is applied to each output value while it is still in
 registers/cache, right after the convolution computes it, instead of a second kernel that
@@ -91,13 +202,17 @@ reads and writes the whole activation tensor again. One launch and one intermedi
 fewer per layer; the bigger the feature maps, the bigger the saving.
 
 **Math:** `FusedConv(x) = act(W∗x + b)`, e.g. ReLU6 is `Clip` with `activation_params=[0, 6]`,
-HardSigmoid `[α, β]` computes `max(0, min(1, α·z + β))`.
+HardSigmoid `[α, β]` computes `max(0, min(1, α·z + β))`; with a sum input,
+`FusedConv(x, W, b, Z) = act(W∗x + b + Z)`, `Z` added element by element.
 
 **Not fused (and why):**
 - *SiLU* (`z·Sigmoid(z)`): the Conv output feeds both the Sigmoid and the Mul, and
   onnxruntime 1.32's CPU FusedConv kernel rejects `activation="Silu"`; fusing would need a
   kernel that does not exist, so the nodes stay.
 - A Conv output that has other consumers or is a graph output (it must stay materialised).
+- A residual Add whose other input is not provably the Conv output's shape: the kernel adds
+  `Z` without broadcasting. Shapes are proved through the graph even when the input dims are
+  symbolic (a stride-1 "same" convolution keeps H and W); where they are not, `--shape` helps.
 - Non-float32 convolutions (the CPU kernel is float32 only) and Clip bounds that are not
   constants.
 - A standalone BatchNorm + ReLU with no Conv before it: there is no weight to fold the
@@ -112,6 +227,10 @@ imports); other runtimes do not know FusedConv.
     def transform(self, model: ir.Model) -> None:
         if not any(n.op_type == "Conv" and n.domain == "" for n in model.graph):
             return
+        sums = _sum_table(model)
+        if sums:
+            apply_rules(model, [_ConvAddActivation.rule(a, sums) for a in _FUSED_ACTIVATIONS], commute=True)
+            apply_rules(model, [_ConvAddActivation.rule(None, sums)], commute=True)
         apply_rules(model, [_ConvActivation.rule(a) for a in _FUSED_ACTIVATIONS])
         ensure_ms_import(model)
         if nearmiss.active():
