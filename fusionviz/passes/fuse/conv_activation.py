@@ -12,7 +12,10 @@ Rules (the code points back to them):
    residual Add of an export with symbolic input dims is proved through the graph), and be
    float32 like the Conv. A per-channel constant ``z`` is a bias (``fuse_conv_add_bias``).
    The Add + activation form is matched before the lone Add, and both before rule 1.
-3. Conv + SiLU has no kernel: a ``no_kernel`` near miss says so at each site.
+3. ``Conv → x·HardSigmoid(x, 1/6, 0.5)`` (HardSwish in a model whose opset has no HardSwish op,
+   as ``fuse_hardswish`` leaves it) → ``FusedConv(activation="HardSwish")``: a contrib op, so
+   the model's opset does not matter.
+4. Conv + SiLU has no kernel: a ``no_kernel`` near miss says so at each site.
 """
 
 from __future__ import annotations
@@ -153,6 +156,29 @@ class _ConvAddActivation(_ConvActivation):
                             **extra, **attrs)
 
 
+class _ConvHardSwishOfHardSigmoid(orp.RewriteRuleClassBase):
+    """Rule 3: ``Mul(Conv(x), HardSigmoid(Conv(x), 1/6, 0.5))`` → ``FusedConv(activation="HardSwish")``."""
+
+    def pattern(self, op, x):
+        conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
+        return op.Mul(conv, op.HardSigmoid(conv, _allow_other_attributes=True, _outputs=["gate"]))
+
+    def check(self, context, x, conv_out, gate) -> orp.MatchResult:
+        r = _float32_conv(conv_out.producer(), orp.MatchResult())
+        if not r:
+            return r
+        node = gate.producer()
+        alpha, beta = node.attributes.get_float("alpha", 0.2), node.attributes.get_float("beta", 0.5)
+        if abs(alpha - 1 / 6) > 1e-4 / 6 or abs(beta - 0.5) > 0.5e-4:
+            return r.fail(f"HardSigmoid has alpha {alpha:g}, beta {beta:g}; HardSwish is alpha 1/6, beta 0.5.")
+        return r
+
+    def rewrite(self, op, x, conv_out, gate):
+        conv = conv_out.producer()
+        return op.FusedConv(*conv.inputs, _domain=MS_DOMAIN, _name=conv.name, activation="HardSwish",
+                            **dict(conv.attributes))
+
+
 def _sum_table(model: ir.Model) -> dict[int, dict[int, tuple[str, str, str] | None]]:
     """Rule 2's shape judgement for every Add that reads a Conv output (see :class:`_ConvAddActivation`)."""
     adds = [n for n in model.graph if n.op_type == "Add" and n.domain == "" and len(n.inputs) == 2
@@ -195,6 +221,8 @@ operator) whose `activation` / `activation_params` attributes apply the activati
 convolution kernel. After *Fold BatchNorm*, Conv + BatchNorm + ReLU ends as this single node.
 A residual `Add` between the Conv and the activation (ResNet's `relu(conv(x) + shortcut)`)
 goes in too, as FusedConv's sum input `Z`; so does a residual Add with no activation after it.
+HardSwish written as `x·HardSigmoid(x, 1/6, 0.5)` (what *Fuse HardSwish* makes of the Paddle
+chain in a model older than opset 14) becomes `activation="HardSwish"` too.
 
 **Why faster:** the activation is applied to each output value while it is still in
 registers/cache, right after the convolution computes it, instead of a second kernel that
@@ -231,6 +259,7 @@ imports); other runtimes do not know FusedConv.
         if sums:
             apply_rules(model, [_ConvAddActivation.rule(a, sums) for a in _FUSED_ACTIVATIONS], commute=True)
             apply_rules(model, [_ConvAddActivation.rule(None, sums)], commute=True)
+        apply_rules(model, [_ConvHardSwishOfHardSigmoid.rule()], commute=True)
         apply_rules(model, [_ConvActivation.rule(a) for a in _FUSED_ACTIVATIONS])
         ensure_ms_import(model)
         if nearmiss.active():
