@@ -372,7 +372,7 @@ def value_legend(opts: RenderOptions, with_nan: bool = True) -> list[tuple[str, 
     out = [(f"{head}{label}", value_fill(bound if math.isfinite(bound) else math.inf, steps), D.HEAT_BORDER)
            for bound, label in steps]
     if with_nan:
-        out.append((f"{head}NaN/Inf introduced".strip(), D.HEAT_NAN, D.HEAT_BORDER))
+        out.append(("NaN/Inf introduced", D.HEAT_NAN, D.HEAT_BORDER))
     return out
 
 

@@ -261,6 +261,19 @@ def verify(sha: str, passes: tuple[str, ...], inputs_key: tuple, exact: bool,
     return _verify(_original, _optimized, plan=_plan, report_only=not exact, isolated=True)
 
 
+@st.cache_resource(max_entries=16, show_spinner=False)
+def compare(key: tuple, inputs_key: tuple, _before: onnx.ModelProto, _after: onnx.ModelProto, _plan):
+    """Per-tensor comparison of a snapshot pair (``key`` identifies it) on the InputPlan ``_plan``
+    (``inputs_key``: its spec's key): a CompareResult, or the sentence saying why it could not run."""
+    from fusionviz import errors
+    from fusionviz.compare import compare_models
+
+    try:  # isolated: an uploaded model that allocates gigabytes must not take the server down
+        return compare_models(_before, _after, plan=_plan, isolated=True, labels=("before", "after"))
+    except errors.FusionvizError as exc:
+        return f"The comparison could not run: {exc}"
+
+
 @st.cache_resource(max_entries=32, show_spinner="Checking the inputs on the original model...")
 def input_plan(sha: str, spec_key: tuple, probe: bool, _proto: onnx.ModelProto, _spec):
     """(plan, error) for the model with hash ``sha`` and the InputSpec ``_spec`` (key ``spec_key``).

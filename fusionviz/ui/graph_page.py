@@ -37,7 +37,7 @@ import onnx
 import streamlit as st
 
 from fusionviz import errors
-from fusionviz.ui import body_view, cache, common, compiled_view, nearmiss_view, state
+from fusionviz.ui import body_view, cache, common, compiled_view, error_view, nearmiss_view, state
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator
@@ -325,6 +325,7 @@ def _toolbar(result: Any, collapse_on: bool) -> tuple[DeltaGenerator, DeltaGener
                   args=("stacked", "graph_stacked"), help="For narrow screens.")
         state.seed("graph_hops", int(opts.get("hops", 2)))
         st.slider("Hops around focus", 1, 6, key="graph_hops", on_change=_set_opt, args=("hops", "graph_hops"))
+        error_view.toggle()
     export = c[5].popover("Export", icon=":material/download:", width="stretch")
     return view, export
 
@@ -594,6 +595,9 @@ def body() -> None:
     nearmiss_view.picker(result, near)
     nearmiss_view.banner(near)
     overlay = nearmiss_view.overlay(result, near) if opened is None else ()
+    errs = error_view.current(loaded, key, before, after, in_body=opened is not None)
+    heat = error_view.overlay(errs)  # the after pane's colours (error_view rule 2)
+    error_view.banner(errs, _set_focus)
 
     focus = st.session_state.get(state.FOCUS)
     if focus and not (links.has("before", focus) or links.has("after", focus)):
@@ -606,7 +610,8 @@ def body() -> None:
             rendered[side] = None
             continue
         opts = common.render_options(focus=_side_focus(links, focus, side), max_nodes=max_draw(),
-                                     collapse=collapse_on, auto_collapse=True, near_misses=overlay)
+                                     collapse=collapse_on, auto_collapse=True, near_misses=overlay,
+                                     **(heat if side == "after" else {}))
         try:
             rendered[side] = _render(key, side, opts, model, diff)
         except errors.FusionvizError as exc:
