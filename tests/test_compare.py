@@ -201,6 +201,55 @@ def test_blocked_nchwc_tensors_are_unblocked_with_onnxruntime_block_size():
     assert bad.first_divergence is not None and bad.first_divergence.pair.node_a == "relu2"
 
 
+def test_a_concat_of_blocked_tensors_is_blocked_too():
+    """onnxruntime runs a plain Concat on NCHWc tensors as they are: its output is blocked."""
+    rng = np.random.default_rng(0)
+    inits = [onh.from_array(_w(rng, *shape, scale=0.2), name)
+             for name, shape in (("Wa", (16, 3, 3, 3)), ("Wb", (16, 3, 3, 3)), ("Wc", (8, 32, 3, 3)))]
+    nodes = [oh.make_node("Conv", ["x", "Wa"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+             oh.make_node("Conv", ["x", "Wb"], ["b"], name="conv_b", pads=[1, 1, 1, 1]),
+             oh.make_node("Concat", ["a", "b"], ["cat"], name="concat", axis=1),
+             oh.make_node("Conv", ["cat", "Wc"], ["y"], name="conv_c", pads=[1, 1, 1, 1])]
+    g = oh.make_graph(nodes, "cat", [oh.make_tensor_value_info("x", F, [1, 3, 16, 16])],
+                      [oh.make_tensor_value_info("y", F, [1, 8, 16, 16])], inits)
+    a = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    a.ir_version = 8
+    b = run_pipeline(a, ["nchwc_layout"]).final
+    concat = next(n for n in b.graph.node if n.op_type == "Concat")
+    assert concat.domain == "" and concat.output[0] != "cat", "the NCHWc capture no longer concatenates blocked tensors"
+    res = compare_models(a, b)
+    row = next(r for r in res.rows if r.pair.name == "cat")
+    assert row.pair.b_name == concat.output[0] and row.pair.blocked_b
+    assert res.first_divergence is None and all(r.compared for r in res.rows)
+
+
+def test_a_reshape_target_folded_with_minus_one_is_compared_through_the_reshape():
+    a = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4] x) => (float[2,12] y) {
+        s = Shape(x)
+        n = Gather(s, zero)
+        n1 = Unsqueeze(n, axes)
+        target = Concat<axis = 0>(n1, twelve)
+        y = Reshape(x, target)
+    }""")
+    a.graph.initializer.extend([onh.from_array(np.array(0, np.int64), "zero"),
+                                onh.from_array(np.array([0], np.int64), "axes"),
+                                onh.from_array(np.array([12], np.int64), "twelve")])
+    b = onnx.ModelProto()
+    b.CopyFrom(a)
+    del b.graph.node[:4]  # constant folding wrote the target as [-1, 12]
+    b.graph.initializer.append(onh.from_array(np.array([-1, 12], np.int64), "target"))
+    res = compare_models(a, b)
+    rows = {r.pair.name: r for r in res.rows}
+    assert rows["target"].status == "skipped" and "Reshape's shape" in rows["target"].note
+    assert rows["y"].compared and rows["y"].ok and res.first_divergence is None
+    assert any("Reshape shape argument" in n for n in res.notes)
+    b.graph.initializer[-1].CopyFrom(onh.from_array(np.array([-1, 6], np.int64), "target"))
+    wrong = compare_models(a, b)  # a wrong fold shows at the Reshape's output
+    assert wrong.first_divergence.pair.name == "y"
+
+
 def test_unblock_matches_onnxruntime_reorder_output():
     from fusionviz.verify import make_session, run_model
 
