@@ -5,8 +5,9 @@ the rewrite and the kind of reason (``fusionviz.passes.nearmiss.KINDS``).
 
 - ``conv_bn_constant_nodes``: Paddle2ONNX style, the Conv weight and the BN statistics are
   ``Constant`` nodes (fold_batchnorm needs constant_folding first).
-- ``convtranspose_add_bn``: ``ConvTranspose → Add(bias) → BatchNormalization`` (a PP-OCR
-  detector's upsampling head).
+- ``convtranspose_add_map_bn``: ``ConvTranspose → Add → BatchNormalization`` where the Add's
+  constant varies over space (a position map, not a bias). ``convtranspose_add_bn`` (a PP-OCR
+  detector's upsampling head, the Add a per-channel bias) is no near miss any more: it folds.
 - ``tanh_gelu_cubed_by_mul``: the textbook tanh GELU with ``x³`` written as ``x·x·x``.
 - ``qdq_attention``: QuantizeLinear/DequantizeLinear between the scores MatMul and Softmax.
 - ``guarded_attention``: torch dynamo's ``Where(IsNaN(p), 0, p)`` after Softmax (GPT-2).
@@ -82,13 +83,19 @@ def conv_bn_constant_nodes():
     return b.model([1, 3, 8, 8], y), {"pass": "fold_batchnorm", "blocker": b.nodes[0].name, "kind": "needs_pass"}
 
 
-def convtranspose_add_bn():
+def convtranspose_add_bn(bias_shape=(1, 4, 1, 1)):
+    """PP-OCR's upsampling head: the Add's constant is a per-channel bias, so it folds (not a near miss)."""
     b = Builder()
     ct = b.op("ConvTranspose", ["x", b.w(3, 4, 2, 2)], name="up", strides=[2, 2])
-    add = b.op("Add", [ct, b.init((0.1 * b.rng.standard_normal((1, 4, 1, 1))).astype(np.float32), "ct_bias")],
+    add = b.op("Add", [ct, b.init((0.1 * b.rng.standard_normal(bias_shape)).astype(np.float32), "ct_bias")],
                name="up_bias")
     y = b.op("BatchNormalization", [add, *_bn_params(b, 4, b.init)], name="up_bn")
     return b.model([1, 3, 8, 8], y), {"pass": "fold_batchnorm", "blocker": "up_bias", "kind": "in_between"}
+
+
+def convtranspose_add_map_bn():
+    """The same head with an Add whose constant varies over space: it stays between."""
+    return convtranspose_add_bn(bias_shape=(1, 4, 16, 16))
 
 
 def tanh_gelu_cubed_by_mul():
@@ -141,8 +148,8 @@ def guarded_attention():
     return b.model([2, 8, HID], y), {"pass": "attention_fusion", "blocker": "isnan", "kind": "other_uses"}
 
 
-ALL = {f.__name__: f for f in (conv_bn_constant_nodes, convtranspose_add_bn, tanh_gelu_cubed_by_mul, qdq_attention,
-                                 guarded_attention)}
+ALL = {f.__name__: f for f in (conv_bn_constant_nodes, convtranspose_add_map_bn, tanh_gelu_cubed_by_mul,
+                                 qdq_attention, guarded_attention)}
 
 
 def conv_silu():

@@ -1,8 +1,9 @@
 """Near misses: a pass that changes nothing says where it almost did, which node blocked it and why.
 
 The fixtures (``nearmiss_models``) are shaped like real exports: Paddle2ONNX's Constant-node
-weights, a PP-OCR ConvTranspose head with its bias Add, the textbook tanh GELU with x·x·x, a
-QDQ-quantized attention block and torch dynamo's IsNaN/Where guard after Softmax.
+weights, a PP-OCR ConvTranspose head with an Add of a position map before its BatchNorm, the
+textbook tanh GELU with x·x·x, a QDQ-quantized attention block and torch dynamo's IsNaN/Where
+guard after Softmax. Fixtures that used to be near misses and now fuse are tested as such.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from fusionviz.passes import nearmiss
 from fusionviz.passes.pipeline import run_pipeline
+from fusionviz.verify import verify
 from tests.passes import nearmiss_models as nm
 
 
@@ -45,10 +47,20 @@ def test_constant_node_weights_say_which_pass_to_turn_on_and_then_fold():
 
 
 def test_node_in_between_is_the_blocker_and_the_ops_around_it_are_matched():
-    model, _ = nm.convtranspose_add_bn()
+    model, _ = nm.convtranspose_add_map_bn()
     m = _report(run_pipeline(model, ["fold_batchnorm"]), "fold_batchnorm").near_misses[0]
     assert m.blocker == "up_bias" and set(m.nodes) == {"up", "up_bn"}
-    assert "ConvTranspose" in m.reason and "BatchNormalization" in m.reason
+    assert "ConvTranspose" in m.reason and "BatchNormalization" in m.reason and "(1, 4, 16, 16)" in m.reason
+
+
+def test_former_near_miss_convtranspose_bias_add_bn_now_folds():
+    model, _ = nm.convtranspose_add_bn()
+    result = run_pipeline(model, ["fold_batchnorm"])
+    rep = _report(result, "fold_batchnorm")
+    assert rep.status == "applied" and rep.near_miss_total == 0
+    assert [n.op_type for n in result.final.graph.node] == ["ConvTranspose"]
+    v = verify(result.original, result.final)
+    assert v.ok, v.summary()
 
 
 def test_gelu_near_miss_keeps_the_deepest_partial_match():

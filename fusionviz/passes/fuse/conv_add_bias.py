@@ -1,7 +1,14 @@
-"""fuse_conv_add_bias: a per-channel Add / Sub after a Conv merged into its bias."""
+"""fuse_conv_add_bias: a per-channel Add / Sub after a Conv or ConvTranspose merged into its bias.
+
+1. ``Conv(x, W[, b]) ± t`` → ``Conv(x, W, b ± t)``, ``t`` one value per output channel (``W``'s
+   axis 0) or a scalar.
+2. The same after a ``ConvTranspose``, whose output channels are ``W.shape[1]·group``
+   (a PP-OCR detector's upsampling head: ``ConvTranspose → Add(bias)``).
+"""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern as orp
 
@@ -38,14 +45,63 @@ class _ConvShift(ConvAffineBase):
         return self._new_conv(op, conv, None, -vec if self._subtract else vec)
 
 
+def convtranspose_channels(node: ir.Node, w: np.ndarray) -> int:
+    """Output channels of a ConvTranspose with weight ``w`` (``(C_in, C_out/group, k...)``)."""
+    return int(w.shape[1]) * node.attributes.get_int("group", 1)
+
+
+class _ConvTransposeShift(orp.RewriteRuleClassBase):
+    """Rule 2: ``Add(ConvTranspose(x), t)`` / ``Sub(...)`` → ``ConvTranspose(x, W, b ± t)``."""
+
+    def __init__(self, namer: Namer, subtract: bool) -> None:
+        super().__init__(name="ConvTransposeSubBias" if subtract else "ConvTransposeAddBias")
+        self._namer = namer
+        self._subtract = subtract
+
+    def pattern(self, op, x, t):
+        ct = op.ConvTranspose(x, _allow_other_inputs=True, _outputs=["ct_out"])
+        return op.Sub(ct, t) if self._subtract else op.Add(ct, t)
+
+    def _shift(self, node: ir.Node, t: ir.Value) -> np.ndarray | None:
+        w, arr = weight_value(node.inputs[1]), weight_value(t)
+        if w is None or arr is None or arr.dtype != w.dtype:
+            return None
+        return per_channel(arr, w.ndim, convtranspose_channels(node, w))
+
+    def check(self, context, x, t, ct_out) -> orp.MatchResult:
+        node = ct_out.producer()
+        r = check_conv_weights(node, {node}, orp.MatchResult(), weight_changes=False)
+        if not r:
+            return r
+        arr = weight_value(t)
+        if arr is None:
+            return r.fail(f"The bias operand '{t.name}' is not a constant.")
+        if self._shift(node, t) is None:
+            return r.fail(f"The bias operand '{t.name}' {arr.shape} is not per-channel (or its dtype differs).")
+        return r
+
+    def rewrite(self, op, x, t, ct_out):
+        node = ct_out.producer()
+        w = node.inputs[1]
+        w_np = weight_value(w)
+        b = node.inputs[2] if len(node.inputs) > 2 else None
+        b_np = weight_value(b) if b is not None else np.zeros((convtranspose_channels(node, w_np),), w_np.dtype)
+        shift = self._shift(node, t)
+        bias = (b_np - shift if self._subtract else b_np + shift).astype(w_np.dtype)
+        new_b = op.initializer(ir.tensor(bias),
+                               name=self._namer(f"{(b.name if b is not None else w.name)}_fused_bias"))
+        return op.ConvTranspose(node.inputs[0], w, new_b, _name=node.name, **node.attributes)
+
+
 class FuseConvAddBias(Pass, name="fuse_conv_add_bias", category=Category.FUSE, order=220,
-                      trigger_ops={"Conv"}):
-    """Conv followed by Add/Sub of a per-channel constant: merged into the Conv bias."""
+                      trigger_ops={"Conv", "ConvTranspose"}):
+    """Conv / ConvTranspose followed by Add/Sub of a per-channel constant: merged into its bias."""
 
     title = "Fold Add(bias) after Conv into the Conv bias"
     explain = """\
 **What:** `Conv(x, W[, b]) → Add(t)` (or `Sub(t)`) with a constant `t` that has one value per
-output channel (shape `(C,1,1)`, `(1,C,1,1)`, or a scalar) becomes `Conv(x, W, b + t)`.
+output channel (shape `(C,1,1)`, `(1,C,1,1)`, or a scalar) becomes `Conv(x, W, b + t)`. The
+same after a `ConvTranspose` (an upsampling head's separate bias Add).
 
 **Why faster:** the convolution kernel already adds a bias while it writes its output; a
 separate Add is one more pass over the whole activation tensor and one more intermediate
@@ -59,8 +115,13 @@ graph output.
     needs_shapes = False
 
     def transform(self, model: ir.Model) -> None:
-        if not any(n.op_type == "Conv" for n in model.graph):
+        ops = {n.op_type for n in model.graph}
+        if not ops & {"Conv", "ConvTranspose"}:
             return
         namer = Namer(model)
-        apply_rules(model, [_ConvShift.rule(namer, False)], commute=True)
-        apply_rules(model, [_ConvShift.rule(namer, True)])
+        if "Conv" in ops:
+            apply_rules(model, [_ConvShift.rule(namer, False)], commute=True)
+            apply_rules(model, [_ConvShift.rule(namer, True)])
+        if "ConvTranspose" in ops:
+            apply_rules(model, [_ConvTransposeShift.rule(namer, False)], commute=True)
+            apply_rules(model, [_ConvTransposeShift.rule(namer, True)])

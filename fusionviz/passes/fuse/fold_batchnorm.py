@@ -6,10 +6,10 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern as orp
 
-from fusionviz.passes import _compat
+from fusionviz.passes import _compat, nearmiss
 from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.facts import weight_value
-from fusionviz.passes.fuse.conv_common import is_used, outside_uses
+from fusionviz.passes.fuse.conv_common import is_used, outside_uses, per_channel
 from fusionviz.passes.hygiene import Namer
 from fusionviz.passes.rewrite import apply_rules
 
@@ -25,6 +25,9 @@ class _BatchNormGuards:
     3. The bias may be shared (exporters and initializer de-duplication share all-zero
        biases): the folded bias gets a fresh name instead of overwriting the shared one,
        which the library would refuse (or, without its check, clobber).
+    4. A per-channel constant Add between a Conv / ConvTranspose and the BatchNorm (a bias kept
+       apart: PP-OCR's upsampling head) is folded with it: ``b' = (b + t − μ)·s + β``
+       (:class:`_FoldBNThroughShift`).
     """
 
     def __init__(self, namer: Namer) -> None:
@@ -74,8 +77,10 @@ class _BatchNormGuards:
         return result
 
     def rewrite(self, op, x, inbound_out, batchnorm_out):
-        bn = batchnorm_out.producer()
-        inbound = inbound_out.producer()
+        return self._fold(op, x, inbound_out.producer(), batchnorm_out.producer(), None)
+
+    def _fold(self, op, x, inbound: ir.Node, bn: ir.Node, shift: np.ndarray | None):
+        """The folded node; ``shift`` is a per-channel constant added between it and the BN (rule 4)."""
         gamma, beta, mean, var = (weight_value(v) for v in bn.inputs[1:5])
         scale = gamma / np.sqrt(var + bn.attributes.get_float("epsilon", 1e-5))
         w = inbound.inputs[1]
@@ -85,6 +90,8 @@ class _BatchNormGuards:
         gemm_beta = attrs.pop("beta").as_float() if "beta" in attrs else 1.0  # Gemm scales C by beta
         b = inbound.inputs[2] if len(inbound.inputs) > 2 else None
         b_np = weight_value(b) if b is not None else np.zeros_like(mean)
+        if shift is not None:
+            b_np = b_np + shift
         b2 = ((gemm_beta * b_np - mean) * scale + beta).astype(w_np.dtype)
         return op.op(
             inbound.op_type,
@@ -113,6 +120,53 @@ class _FoldBNConvTranspose(_BatchNormGuards, _compat.FuseBatchNormIntoConvTransp
 
 class _FoldBNGemm(_BatchNormGuards, _compat.FuseBatchNormIntoGemm):
     pass
+
+
+class _FoldBNThroughShift(_BatchNormGuards, orp.RewriteRuleClassBase):
+    """Rule 4: ``BatchNormalization(Add(Conv|ConvTranspose(x), t))``, ``t`` a per-channel constant."""
+
+    def __init__(self, namer: Namer, inbound: type) -> None:
+        super().__init__(namer)
+        self._inbound = inbound()  # the library rule whose weight scaling applies
+        self.name = f"FoldBNThroughBias{self._inbound.op_type}"
+
+    def pattern(self, op, x, t):
+        inbound = getattr(op, self._inbound.op_type)(x, _allow_other_inputs=True, _outputs=["inbound_out"])
+        return op.BatchNormalization(op.Add(inbound, t, _outputs=["add_out"]), _allow_other_inputs=True,
+                                     _outputs=["batchnorm_out"])
+
+    def _scale_weights(self, weights, scale_factor, attributes):
+        return self._inbound._scale_weights(weights, scale_factor, attributes)
+
+    def _shift(self, inbound: ir.Node, t: ir.Value) -> np.ndarray | None:
+        w, arr, channels = weight_value(inbound.inputs[1]), weight_value(t), self._channels(inbound)
+        if w is None or arr is None or channels is None or arr.dtype != w.dtype:
+            return None
+        return per_channel(arr, w.ndim, channels)
+
+    def check(self, context, x, t, inbound_out, add_out, batchnorm_out) -> orp.MatchResult:
+        r = _BatchNormGuards.check(self, context, x, inbound_out, batchnorm_out)
+        if not r:
+            return r
+        inbound = inbound_out.producer()
+        if self._shift(inbound, t) is None:
+            arr = weight_value(t)
+            what = "not a constant" if arr is None else f"{tuple(arr.shape)}, not one value per channel"
+            if nearmiss.active():  # the Add stays in between: say so, not "a condition failed"
+                nearmiss.note([inbound, batchnorm_out.producer()], add_out.producer(),
+                              f"an Add sits between {inbound.op_type} ({inbound.name}) and BatchNormalization, and "
+                              f"its operand '{t.name}' is {what}, so it cannot be folded with the BatchNorm",
+                              hint="only a per-channel constant Add folds into the bias", kind="in_between",
+                              rule=self.name, depth=150)
+            return r.fail(f"The Add's operand '{t.name}' is {what}.", t)
+        w = weight_value(inbound.inputs[1])
+        if inbound.op_type == "ConvTranspose" and w.shape[0] % inbound.attributes.get_int("group", 1):
+            return r.fail("ConvTranspose in_channels is not divisible by group.")
+        return r
+
+    def rewrite(self, op, x, t, inbound_out, add_out, batchnorm_out):
+        inbound = inbound_out.producer()
+        return self._fold(op, x, inbound, batchnorm_out.producer(), self._shift(inbound, t))
 
 
 class _FoldBNMatMul(_BatchNormGuards, orp.RewriteRuleClassBase):
@@ -171,13 +225,15 @@ class FoldBatchNorm(Pass, name="fold_batchnorm", category=Category.FUSE, order=2
     explain = """\
 **What:** an inference-mode `BatchNormalization` that directly follows a `Conv`,
 `ConvTranspose`, `Gemm` or `MatMul` (constant 2-D weight, rank-2 input) disappears: its
-scale and shift are folded into the weights and bias of the node before it.
+scale and shift are folded into the weights and bias of the node before it. A per-channel
+constant `Add` between a Conv / ConvTranspose and the BatchNorm (a bias the exporter kept
+apart) is folded with it.
 
 **Math:** BatchNorm computes `y = γ·(z − μ)/√(σ² + ε) + β` per output channel. With
 `s = γ/√(σ² + ε)` and `z = W·x + b`:
 
 - `W' = W · s` (each output channel's filter scaled by its `s`)
-- `b' = (b − μ) · s + β`
+- `b' = (b − μ) · s + β` (with an Add of `t` in between: `b' = (b + t − μ) · s + β`)
 
 **Why faster:** BatchNorm reads and writes the whole activation tensor once more; after
 folding the convolution produces the normalised result directly, so one kernel launch and one
@@ -203,5 +259,7 @@ BatchNorm+ReLU kernel for it on CPU.
             _FoldBNConvTranspose.rule(namer),
             _FoldBNGemm.rule(namer),
             _FoldBNMatMul.rule(namer),
+            _FoldBNThroughShift.rule(namer, _compat.FuseBatchNormIntoConv),
+            _FoldBNThroughShift.rule(namer, _compat.FuseBatchNormIntoConvTranspose),
         ]
-        apply_rules(model, rules)
+        apply_rules(model, rules, commute=True)
