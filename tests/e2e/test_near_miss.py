@@ -1,7 +1,8 @@
 """A near miss on the Passes page opens the Graph page with the blocking node marked and the reason shown.
 
-The model is the textbook tanh GELU with x³ written as x·x·x (``fuse_gelu`` matches all of it but
-the cube), opened by path on a server of its own; screenshots go to ``artifacts/screens/``.
+The model is Megatron's tanh GELU, ``tanh(√(2/π)·x·(1 + 0.044715·x·x))`` (``fuse_gelu`` matches
+it from the output down to the factored product), opened by path on a server of its own;
+screenshots go to ``artifacts/screens/``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ OUTLINE_JS = """
 
 
 def test_near_miss_opens_the_graph_with_the_blocker_marked(browser, tmp_path):
-    model, expected = nearmiss_models.tanh_gelu_cubed_by_mul()
-    path = tmp_path / "gelu_cubed.onnx"
+    model, expected = nearmiss_models.tanh_gelu_megatron()
+    path = tmp_path / "gelu_megatron.onnx"
     onnx.save(model, path)
     with fresh_server("--model", str(path), name="nearmiss") as base:
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
@@ -41,7 +42,7 @@ def test_near_miss_opens_the_graph_with_the_blocker_marked(browser, tmp_path):
             head = page.locator('[data-testid="stExpander"] summary', has_text="near misses 1").first
             head.scroll_into_view_if_needed()
             head.click()
-            reason = page.get_by_text("x³ is written as x·x·x").first
+            reason = page.get_by_text("a computed value").first
             reason.wait_for()
             wait_idle(page)
             reason.scroll_into_view_if_needed()
@@ -52,14 +53,14 @@ def test_near_miss_opens_the_graph_with_the_blocker_marked(browser, tmp_path):
             assert "nearmiss=fuse_gelu%3A0" in page.url or "nearmiss=fuse_gelu:0" in page.url
             banner = page.locator('[data-testid="stAlert"]', has_text="Near miss of Fuse GELU").first
             banner.wait_for()
-            assert "x_cubed" in banner.inner_text()
+            assert expected["blocker"] in banner.inner_text()
             before = pane(page, "before")
             from fusionviz.graphview.dot import NEAR_MISS_BLOCKER, NODE_ID_PREFIX, element_id
 
             blocker_id = element_id(NODE_ID_PREFIX, expected["blocker"])
             text = before.evaluate(NODE_TEXT_JS, blocker_id)
             assert text is not None, "the blocking node is not drawn in the before pane"
-            assert "near miss" in text and "x·x·x" in text
+            assert "near miss" in text and "computed" in text
             assert (before.evaluate(OUTLINE_JS, blocker_id) or "").lower() == NEAR_MISS_BLOCKER
             matched = before.evaluate(OUTLINE_JS, element_id(NODE_ID_PREFIX, "tanh"))
             assert matched is not None and matched.lower() != NEAR_MISS_BLOCKER

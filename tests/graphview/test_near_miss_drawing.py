@@ -21,9 +21,9 @@ def _near(fixture):
 
 
 def test_blocker_is_marked_with_its_reason_and_matched_nodes_are_dashed():
-    model, near = _near(nm.tanh_gelu_cubed_by_mul)
+    model, near = _near(nm.tanh_gelu_megatron)
     r = render_graph(model, side="before", options=RenderOptions(near_misses=(near,), hops=1))
-    blocker = _node_line(r.dot, "x_cubed")
+    blocker = _node_line(r.dot, "inner")
     assert NEAR_MISS_BLOCKER in blocker and "near miss:" in blocker and "dashed" in blocker
     tanh = _node_line(r.dot, "tanh")
     assert NEAR_MISS_MATCHED in tanh and "near miss:" not in tanh
@@ -46,6 +46,6 @@ def test_a_blocker_that_is_not_drawn_is_marked_on_the_node_that_reads_it():
 
 
 def test_without_near_misses_nothing_is_marked():
-    model, _ = _near(nm.tanh_gelu_cubed_by_mul)
+    model, _ = _near(nm.tanh_gelu_megatron)
     r = render_graph(model, side="before", options=RenderOptions())
     assert NEAR_MISS_BLOCKER not in r.dot and "near miss" not in r.dot

@@ -8,7 +8,10 @@ the rewrite and the kind of reason (``fusionviz.passes.nearmiss.KINDS``).
 - ``convtranspose_add_map_bn``: ``ConvTranspose → Add → BatchNormalization`` where the Add's
   constant varies over space (a position map, not a bias). ``convtranspose_add_bn`` (a PP-OCR
   detector's upsampling head, the Add a per-channel bias) is no near miss any more: it folds.
-- ``tanh_gelu_cubed_by_mul``: the textbook tanh GELU with ``x³`` written as ``x·x·x``.
+- ``tanh_gelu_megatron``: Megatron's tanh GELU, ``tanh(√(2/π)·x·(1 + 0.044715·x·x))``: the
+  polynomial factored, a form ``fuse_gelu`` does not take. (The textbook form with ``x³`` written
+  as ``x·x·x``, ``tanh_gelu_cubed_by_mul``, and jax2tf's order, ``tanh_gelu_jax_order``, were
+  near misses and fuse now.)
 - ``qdq_attention``: QuantizeLinear/DequantizeLinear between the scores MatMul and Softmax.
 - ``guarded_attention``: torch dynamo's ``Where(IsNaN(p), 0, p)`` after Softmax (GPT-2).
 """
@@ -99,6 +102,7 @@ def convtranspose_add_map_bn():
 
 
 def tanh_gelu_cubed_by_mul():
+    """The textbook tanh GELU with x³ written as x·x·x: fuses (no near miss)."""
     b = Builder()
     h = b.op("MatMul", ["x", b.w(16, 16)], name="fc")
     c = lambda v: b.init(np.array(v, np.float32))  # noqa: E731
@@ -106,7 +110,7 @@ def tanh_gelu_cubed_by_mul():
     inner = b.op("Mul", [c(math.sqrt(2 / math.pi)), b.op("Add", [h, b.op("Mul", [c(0.044715), cube])])])
     half = b.op("Mul", [c(0.5), b.op("Add", [b.op("Tanh", [inner], name="tanh"), c(1.0)])])
     y = b.op("Mul", [h, half], name="gelu_out")
-    return b.model([2, 16], y), {"pass": "fuse_gelu", "blocker": "x_cubed", "kind": "form"}
+    return b.model([2, 16], y), {"pass": "fuse_gelu", "blocker": None, "kind": None}
 
 
 HID, NH = 32, 4
@@ -148,7 +152,20 @@ def guarded_attention():
     return b.model([2, 8, HID], y), {"pass": "attention_fusion", "blocker": "isnan", "kind": "other_uses"}
 
 
-ALL = {f.__name__: f for f in (conv_bn_constant_nodes, convtranspose_add_map_bn, tanh_gelu_cubed_by_mul,
+def tanh_gelu_megatron():
+    """Megatron's bias-GELU body: 0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x·x)))."""
+    b = Builder()
+    h = b.op("MatMul", ["x", b.w(16, 16)], name="fc")
+    c = lambda v: b.init(np.array(v, np.float32))  # noqa: E731
+    poly = b.op("Add", [c(1.0), b.op("Mul", [c(0.044715), b.op("Mul", [h, h], name="x_sq")], name="k_x_sq")],
+                name="poly")
+    inner = b.op("Mul", [b.op("Mul", [c(math.sqrt(2 / math.pi)), h], name="k_x"), poly], name="inner")
+    half = b.op("Mul", [c(0.5), b.op("Add", [b.op("Tanh", [inner], name="tanh"), c(1.0)])])
+    y = b.op("Mul", [h, half], name="gelu_out")
+    return b.model([2, 16], y), {"pass": "fuse_gelu", "blocker": "inner", "kind": "form"}
+
+
+ALL = {f.__name__: f for f in (conv_bn_constant_nodes, convtranspose_add_map_bn, tanh_gelu_megatron,
                                  qdq_attention, guarded_attention)}
 
 
@@ -164,7 +181,7 @@ ALL["conv_silu"] = conv_silu
 
 
 def tanh_gelu_jax_order():
-    """jax2tf's tanh GELU (a file-type classifier): 0.044715·x³ as x·(x·(0.044715·x))."""
+    """jax2tf's tanh GELU (a file-type classifier): 0.044715·x³ as x·(x·(0.044715·x)): fuses."""
     b = Builder()
     h = b.op("MatMul", ["x", b.w(16, 16)], name="fc")
     c = lambda v: b.init(np.array(v, np.float32))  # noqa: E731
@@ -174,7 +191,4 @@ def tanh_gelu_jax_order():
     inner = b.op("Mul", [c(math.sqrt(2 / math.pi)), b.op("Add", [h, k3])])
     half = b.op("Mul", [c(0.5), b.op("Add", [c(1.0), b.op("Tanh", [inner], name="tanh")])])
     y = b.op("Mul", [h, half], name="gelu_out")
-    return b.model([2, 16], y), {"pass": "fuse_gelu", "blocker": "k_x3", "kind": "form"}
-
-
-ALL["tanh_gelu_jax_order"] = tanh_gelu_jax_order
+    return b.model([2, 16], y), {"pass": "fuse_gelu", "blocker": None, "kind": None}

@@ -1,8 +1,8 @@
 """Near misses: a pass that changes nothing says where it almost did, which node blocked it and why.
 
 The fixtures (``nearmiss_models``) are shaped like real exports: Paddle2ONNX's Constant-node
-weights, a PP-OCR ConvTranspose head with an Add of a position map before its BatchNorm, the
-textbook tanh GELU with x·x·x, a QDQ-quantized attention block and torch dynamo's IsNaN/Where
+weights, a PP-OCR ConvTranspose head with an Add of a position map before its BatchNorm,
+Megatron's factored tanh GELU, a QDQ-quantized attention block and torch dynamo's IsNaN/Where
 guard after Softmax. Fixtures that used to be near misses and now fuse are tested as such.
 """
 
@@ -64,10 +64,21 @@ def test_former_near_miss_convtranspose_bias_add_bn_now_folds():
 
 
 def test_gelu_near_miss_keeps_the_deepest_partial_match():
-    model, _ = nm.tanh_gelu_cubed_by_mul()
+    model, _ = nm.tanh_gelu_megatron()
     m = _report(run_pipeline(model, ["fuse_gelu"]), "fuse_gelu").near_misses[0]
-    assert "x·x·x" in m.reason
-    assert {"gelu_out", "tanh"} <= set(m.nodes) and len(m.nodes) >= 6
+    assert m.blocker == "inner" and "computed value" in m.reason
+    assert {"gelu_out", "tanh"} <= set(m.nodes) and len(m.nodes) >= 5
+
+
+@pytest.mark.parametrize("fixture", ["tanh_gelu_cubed_by_mul", "tanh_gelu_jax_order"])
+def test_former_gelu_near_misses_now_fuse(fixture):
+    model, _ = getattr(nm, fixture)()
+    result = run_pipeline(model, ["fuse_gelu"])
+    rep = _report(result, "fuse_gelu")
+    assert rep.status == "applied" and rep.near_miss_total == 0
+    assert [n.op_type for n in result.final.graph.node] == ["MatMul", "FastGelu"]
+    v = verify(result.original, result.final)
+    assert v.ok, v.summary()
 
 
 def test_a_site_the_pass_rewrote_after_all_is_dropped():

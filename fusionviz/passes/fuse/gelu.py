@@ -3,7 +3,10 @@
 Wraps onnxscript's ``ort_fusions`` GELU rules (``GeluErfFusion``, ``GeluTanhFusion`` and
 ``erfgelu``'s two forms), with every commuted operand order, and adds the forms they miss:
 ``(x·0.5)·(1 + erf(x/√2))`` (Hugging Face's order) and ``x·(1/√2)`` instead of ``x/√2``, and
-the same order for the tanh form. The fused node is ONNX ``Gelu`` (opset >= 20,
+the same order for the tanh form. The tanh form's ``0.044715·x³`` is taken as
+``0.044715·Pow(x, 3)``, as ``0.044715·(x·x·x)`` (the textbook written with products) and as
+jax2tf's ``x·(x·(0.044715·x))`` (every association of that chain of Muls that commuting the
+operands reaches), each with the half first or last. The fused node is ONNX ``Gelu`` (opset >= 20,
 ``approximate="tanh"`` for the tanh form) or otherwise onnxruntime's ``com.microsoft.Gelu`` /
 ``FastGelu``.
 """
@@ -84,16 +87,45 @@ class _ErfGeluExtra(orp.RewriteRuleClassBase):
 
 
 class _TanhGeluHalfFirst(orp.RewriteRuleClassBase):
-    """``Mul(Mul(0.5, x), 1 + tanh(√(2/π)·(x + 0.044715·x³)))`` (Hugging Face's NewGELU order)."""
+    """``Mul(Mul(0.5, x), 1 + tanh(√(2/π)·(x + 0.044715·x³)))`` (Hugging Face's NewGELU order).
 
-    def __init__(self, cube_as_mul: bool) -> None:
-        super().__init__(name=f"TanhGeluHalfFirst{'m' if cube_as_mul else 'p'}")
-        self._cube_as_mul = cube_as_mul
+    ``cube``: ``"pow"`` (``0.044715·Pow(x, 3)``), ``"mul"`` (``0.044715·(x·x·x)``) or ``"jax"``
+    (``x·(x·(0.044715·x))``).
+    """
+
+    def __init__(self, cube: str) -> None:
+        super().__init__(name=f"TanhGeluHalfFirst{cube[0]}")
+        self._cube = cube
 
     def pattern(self, op, x):
-        cube = op.Mul(op.Mul(x, x), x) if self._cube_as_mul else op.Pow(x, 3.0)
-        t = op.Tanh(op.Mul(_SQRT_TWO_OVER_PI, op.Add(x, op.Mul(0.044715, cube))))
+        t = op.Tanh(op.Mul(_SQRT_TWO_OVER_PI, op.Add(x, _scaled_cube(op, x, self._cube))))
         return op.Mul(op.Mul(0.5, x), op.Add(t, 1.0))
+
+    def check(self, context, x, **_) -> orp.MatchResult:
+        return _float_input(x)
+
+    def rewrite(self, op, x, **_):
+        return op.FastGelu(x, _domain=MS_DOMAIN)
+
+
+def _scaled_cube(op, x, cube: str):
+    """``0.044715·x³`` in one of its spellings (see :class:`_TanhGeluHalfFirst`)."""
+    if cube == "jax":
+        return op.Mul(x, op.Mul(x, op.Mul(0.044715, x)))
+    return op.Mul(0.044715, op.Mul(op.Mul(x, x), x) if cube == "mul" else op.Pow(x, 3.0))
+
+
+class _TanhGeluHalfLast(orp.RewriteRuleClassBase):
+    """``x·(0.5·(1 + tanh(√(2/π)·(x + 0.044715·x³))))`` with x³ written as products (the
+    library's ``GeluTanhFusion`` takes this order with ``Pow`` only)."""
+
+    def __init__(self, cube: str) -> None:
+        super().__init__(name=f"TanhGeluHalfLast{cube[0]}")
+        self._cube = cube
+
+    def pattern(self, op, x):
+        t = op.Tanh(op.Mul(_SQRT_TWO_OVER_PI, op.Add(x, _scaled_cube(op, x, self._cube))))
+        return op.Mul(x, op.Mul(0.5, op.Add(t, 1.0)))
 
     def check(self, context, x, **_) -> orp.MatchResult:
         return _float_input(x)
@@ -113,7 +145,8 @@ def _erf_rules() -> list[orp.RewriteRule]:
 
 
 def _tanh_rules() -> list[orp.RewriteRule]:
-    return [_GuardedTanhGelu.rule(), _TanhGeluHalfFirst.rule(False), _TanhGeluHalfFirst.rule(True)]
+    return [_GuardedTanhGelu.rule(), _TanhGeluHalfLast.rule("mul"), _TanhGeluHalfLast.rule("jax"),
+            *(_TanhGeluHalfFirst.rule(cube) for cube in ("pow", "mul", "jax"))]
 
 
 _RULE_CACHE: dict[str, list[orp.RewriteRule]] = {}
@@ -141,7 +174,7 @@ class FuseGelu(Pass, name="fuse_gelu", category=Category.FUSE, order=280, trigge
 using ONNX `Gelu` when the model's opset is 20 or newer, else onnxruntime's contrib
 `com.microsoft.Gelu` / `com.microsoft.FastGelu` (the opset is never raised for you). Every
 operand order of the multiplications and additions is recognised, and `x·(1/√2)` as well
-as `x/√2`.
+as `x/√2`; `x³` as `Pow(x, 3)`, as `x·x·x`, and jax2tf's `x·(x·(0.044715·x))`.
 
 **Why faster:** each of the unfused nodes reads and writes the whole `[batch, seq, 4·hidden]`
 activation, the biggest tensor of a transformer layer; fused, it is read once and written

@@ -57,6 +57,14 @@ TANH_FORMS = {
                           "  a = Add (one, t)\n  h = Mul (half, x)\n  y = Mul (h, a)",
     "cube_as_products": "x2 = Mul (x, x)\n  p = Mul (x2, x)\n  q = Mul (c, p)\n  s = Add (x, q)\n  u = Mul (k, s)\n"
                         "  t = Tanh (u)\n  a = Add (t, one)\n  h = Mul (half, x)\n  y = Mul (h, a)",
+    "textbook_half_last_cube_as_products": "x2 = Mul (x, x)\n  p = Mul (x, x2)\n  q = Mul (p, c)\n  s = Add (q, x)\n"
+                                           "  u = Mul (k, s)\n  t = Tanh (u)\n  a = Add (t, one)\n  h = Mul (half, a)\n"
+                                           "  y = Mul (x, h)",
+    "jax2tf_chain_of_muls": "q1 = Mul (c, x)\n  q2 = Mul (x, q1)\n  q = Mul (x, q2)\n  s = Add (x, q)\n  u = Mul (k, s)\n"
+                            "  t = Tanh (u)\n  a = Add (one, t)\n  h = Mul (half, a)\n  y = Mul (x, h)",
+    "jax_chain_left_leaning_half_first": "q1 = Mul (x, c)\n  q2 = Mul (q1, x)\n  q = Mul (q2, x)\n  s = Add (q, x)\n"
+                                         "  u = Mul (s, k)\n  t = Tanh (u)\n  a = Add (t, one)\n  h = Mul (x, half)\n"
+                                         "  y = Mul (h, a)",
 }
 
 
