@@ -90,6 +90,7 @@ DEFAULT_CHUNK_MB = 256.0
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 #: Why a Reshape's shape argument is not compared (rule 6).
 RESHAPE_TARGET = "a Reshape's shape argument (-1 or 0 may stand for a dim): compared through the Reshape's output"
+#: A row's status: compared (rules 2-5), unmatched (rule 3), skipped or incomparable (rule 6).
 STATUSES = ("compared", "unmatched", "skipped", "incomparable")
 #: Steps of the error heat scale drawn on the Graph page (upper bound of max rel, legend label).
 ERROR_SCALE: tuple[tuple[float, str], ...] = (
