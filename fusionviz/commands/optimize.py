@@ -1,5 +1,8 @@
-"""`optimize MODEL -o OUT.onnx [--passes a,b | --all] [--shape ..] [--input ..] [--inputs F] [--report R.json]
-[--freeze NAME=VALUE] [--no-verify] [--no-bisect] [--rtol R] [--atol A]`.
+"""`optimize MODEL -o OUT.onnx [--passes a,b | --all] [--shape ..] [--input ..] [--inputs F]
+[--report R.json|R.html|R.md] [--freeze NAME=VALUE] [--no-verify] [--no-bisect] [--rtol R] [--atol A]`.
+
+The report is :func:`fusionviz.report.build`'s, the app's own; its file's extension picks the
+format (``.html``: one self-contained page with both graphs, :mod:`fusionviz.report_html`).
 
 When the result of exact passes fails verification, the passes responsible are found
 (:mod:`fusionviz.bisect`) and the list without them is run and verified; if that verifies it is
@@ -10,6 +13,8 @@ the user asked for that keep the outputs, verified, with a note, beat no model a
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from fusionviz import errors, model_io
 from fusionviz.commands import _common as common
@@ -24,7 +29,9 @@ def register(sub) -> None:
     g.add_argument("--all", action="store_true", help="every pass that keeps outputs equal")
     common.add_input_args(p)
     common.add_freeze_arg(p)
-    p.add_argument("--report", metavar="REPORT.json", help="write a JSON report")
+    p.add_argument("--report", metavar="REPORT.(json|html|md)",
+                   help="write the report; the extension picks the format: .json (data), .html (one self-contained "
+                        "page with both graphs, the passes, near misses, verification, environment), .md")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
     p.add_argument("--no-bisect", action="store_true",
                    help="when verification fails, fail (exit 3) instead of finding the passes responsible and "
@@ -36,8 +43,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from fusionviz import report as R
     from fusionviz import verify  # heavy imports only when the command runs
     from fusionviz.passes import registry, run_pipeline
+
+    if args.report and R.format_of(args.report) is None:  # before any work
+        raise errors.InputSpecError(f"--report must end in .json, .html or .md, not '{args.report}'.")
 
     if args.all or args.passes is None:
         names = registry.default_passes()
@@ -66,15 +77,15 @@ def run(args) -> int:
             raise errors.RuntimeLoadError(v.error + (f"; bisection: {found.describe()}" if found else ""))
         if not v.ok and exact:
             code = 3
-    report = {"model": loaded.name, "inputs": plan.describe_lines(), **result.as_dict()}
-    if v is not None:
-        report["verify"] = v.as_dict()
-    if found is not None:
-        report["bisect"] = found.as_dict()
+    report = _report(args, loaded, plan, shapes, [p.name for p in passes], result, v, found)
     model_io.save_model(result.final, args.output)
     common.progress(f"nodes {result.nodes_before} -> {result.nodes_after}; wrote {args.output}")
     if args.report:
-        common.write_json(report, args.report)
+        from fusionviz.commands.render import quiet_c_stderr
+
+        # Graphviz's bundled fontconfig may print to file descriptor 2 while the HTML's graphs are laid out.
+        quiet_c_stderr(lambda: R.write(report, args.report, before=result.original, after=result.final))
+        common.progress(f"wrote the report {args.report}")
     if code == 3:
         where = f" bisection: {found.describe()};" if found else ""
         raise errors.VerificationError(
@@ -82,6 +93,20 @@ def run(args) -> int:
             "model saved for inspection."
         )
     return 0
+
+
+def _report(args, loaded, plan, shapes, names, result, v, found) -> dict:
+    """The report (``fusionviz.report.build``, the app's schema) with the command that reproduces the run."""
+    from fusionviz import report as R
+    from fusionviz import samples
+    from fusionviz.inputs import parse_values
+
+    is_sample = args.model in samples.sample_names() and not Path(args.model).exists()
+    command = R.cli_command(args.model, names, shapes=shapes, values=parse_values(args.input_values),
+                            inputs_file=args.inputs_file, output=args.output,
+                            freeze=parse_values(getattr(args, "freeze", None)), rtol=args.rtol, atol=args.atol)
+    return R.build(model_name=loaded.name, sha256=loaded.sha256, source="sample" if is_sample else "file",
+                   result=result, plan=plan, verification=v, bisect=found, command=command)
 
 
 def _say_reports(result) -> None:

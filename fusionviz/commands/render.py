@@ -108,9 +108,9 @@ def _write(rendered, out: Path, fmt: str, render_svg, *, whole: bool = False) ->
     if fmt in ("dot", "gv"):
         text = rendered.dot
     elif whole and "parts" in inspect.signature(render_svg).parameters:
-        text = _quiet_c_stderr(lambda d: render_svg(d, parts=False), rendered.dot)
+        text = quiet_c_stderr(lambda d: render_svg(d, parts=False), rendered.dot)
     else:
-        text = _quiet_c_stderr(render_svg, rendered.dot)
+        text = quiet_c_stderr(render_svg, rendered.dot)
     try:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
@@ -161,7 +161,7 @@ def _run_compiled(args, out: Path, fmt: str) -> int:
     return 0
 
 
-def _quiet_c_stderr(fn, *args):
+def quiet_c_stderr(fn, *args):
     """Run ``fn`` with file descriptor 2 sent to /dev/null: Graphviz's bundled fontconfig prints
     warnings about the system's font configuration straight from C, which would break the CLI's
     one-line-on-stderr contract. Python-level errors still surface as exceptions."""

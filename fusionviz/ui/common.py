@@ -317,13 +317,11 @@ def build_report(loaded: Any, result: Any, verify_result: Any = None, bench: dic
     command = report.cli_command(cli_model_arg(loaded), names, shapes=state.pipeline_shapes(plan),
                                  values=dict(inputs.spec.values), inputs_file=data["label"] if data else None,
                                  output=export_name(loaded))
-    notes = ([f"inputs: {inputs.error}"] if inputs.error else []) + list(getattr(result, "notes", ()))
+    notes = [f"inputs: {inputs.error}"] if inputs.error else []
     ctx = (bench or {}).get("context") or {}
     return report.build(
-        model_name=loaded.name, sha256=loaded.sha256, source=state.source_words(), passes=result.reports,
-        nodes_before=result.nodes_before, nodes_after=result.nodes_after,
-        inputs=plan.describe_lines() if plan is not None else [], input_sets=sets,
-        verification=verify_result, bench=(bench or {}).get("results"),
+        model_name=loaded.name, sha256=loaded.sha256, source=state.source_words(), result=result, plan=plan,
+        input_sets=sets, verification=verify_result, bench=(bench or {}).get("results"),
         bench_settings=ctx.get("settings"), command=command, notes=notes)
 
 
@@ -333,16 +331,17 @@ def export_name(loaded: Any) -> str:
 
 
 def exports(loaded: Any, result: Any, verify_result: Any = None, bench: dict | None = None) -> None:
-    """Download buttons: the optimized model (.onnx), the report as JSON and as Markdown.
+    """Download buttons: the optimized model (.onnx), the report as JSON, as one HTML page (both
+    graphs drawn) and as Markdown.
 
     The files are made when a button is pressed (the model's bytes are not kept per session).
     """
-    from fusionviz import report
+    from fusionviz import report, report_html
 
     final = result.final
     rep = build_report(loaded, result, verify_result, bench)
     stem = loaded.name.rsplit(".", 1)[0]
-    c = st.columns(3)
+    c = st.columns(4)
     c[0].download_button("Optimized model (.onnx)", final.SerializeToString, file_name=export_name(loaded),
                          mime="application/octet-stream", key="dl_model", icon=":material/download:",
                          width="stretch", on_click="ignore",
@@ -350,7 +349,12 @@ def exports(loaded: Any, result: Any, verify_result: Any = None, bench: dict | N
     c[1].download_button("Report (JSON)", lambda: report.to_json(rep), file_name=f"{stem}.fusionviz.json",
                          mime="application/json", key="dl_json", icon=":material/download:", width="stretch",
                          on_click="ignore")
-    c[2].download_button("Report (Markdown)", lambda: report.markdown(rep), file_name=f"{stem}.fusionviz.md",
+    c[2].download_button("Report (HTML)", lambda: report_html.render(rep, before=result.original, after=final),
+                         file_name=f"{stem}.fusionviz.html", mime="text/html", key="dl_html",
+                         icon=":material/download:", width="stretch", on_click="ignore",
+                         help="One page that opens offline: both graphs, the passes, near misses, verification, "
+                              "environment and the command.")
+    c[3].download_button("Report (Markdown)", lambda: report.markdown(rep), file_name=f"{stem}.fusionviz.md",
                          mime="text/markdown", key="dl_md", icon=":material/download:", width="stretch",
                          on_click="ignore")
     if rep.get("command"):

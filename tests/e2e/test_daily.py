@@ -202,12 +202,12 @@ def test_report_downloads_parse(server, page, tmp_path):
     rep = json.loads(got["dl_json"].read_text())
     assert rep["model"]["name"] == "textbook.onnx"
     assert [p["name"] for p in rep["passes"]] == ["identity_elimination", "dropout_elimination"]
-    assert rep["verification"]["input_sets"] == ["normal", "zeros", "edge"]
+    assert rep["verify"]["input_sets"] == ["normal", "zeros", "edge"]
     assert rep["command"].startswith("python -m fusionviz optimize textbook -o textbook.fusionviz.onnx --passes ")
     md = got["dl_md"].read_text()
     assert md.startswith("# fusionviz report: textbook.onnx") and rep["command"] in md
     model = onnx.load(str(got["dl_model"]))
-    assert len(model.graph.node) == rep["nodes"]["after"]
+    assert len(model.graph.node) == rep["nodes_after"]
     screenshot(page, "daily_exports", full_page=True)
     # The optimized model is downloadable on the Benchmark page too.
     nav(page, "Benchmark")
