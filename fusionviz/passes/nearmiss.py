@@ -12,7 +12,9 @@ reads it). Rules (the code points back to them):
 2. onnxscript rules report through the matcher and the condition that
    :mod:`fusionviz.passes.rulefilter` wraps around every rule: a structural failure counts when
    at least half of the pattern's nodes (and two) matched; a failed ``check`` always counts
-   (the whole pattern matched). Our own matchers call :func:`note`.
+   (the whole pattern matched). Our own matchers call :func:`note`; a rule's check that
+   reports its own near miss (or knows another rule reported the site) marks its failed
+   result with :func:`reported`, and the wrapper adds none.
 3. The library's failure texts are turned into sentences by :func:`from_match`: an op of the
    wrong type standing between two ops that would fuse ("an Add sits between ConvTranspose and
    BatchNormalization"), a QuantizeLinear/DequantizeLinear pair, x³ written as x·x·x, a value
@@ -157,6 +159,16 @@ def note(nodes: Iterable[ir.Node | str], blocker: ir.Node | str | None, reason: 
     rec.add(near, len(names) + (1 if b else 0) if depth is None else depth, site)
 
 
+#: Rule 2: the attribute :func:`reported` sets on a failed MatchResult
+REPORTED = "fusionviz_near_miss_reported"
+
+
+def reported(result):
+    """Mark a failed match result as already reported (rule 2); returns it."""
+    setattr(result, REPORTED, True)
+    return result
+
+
 def fixable(blocker: ir.Node | None, hint: str, kind: str) -> dict:
     """``hint`` and ``kind`` for a blocker that another pass removes (rule 3: "turn on X first"),
     else the ones given (an attention ``Reject``'s own hint wins)."""
@@ -249,10 +261,13 @@ _NOT_CONST = re.compile(r"Value (.*) is not a constant(?:, expecting ([-+.\w]+))
 _CONST_MISMATCH = re.compile(r"(?:Constant )?[Vv]alue mismatch: expected (.+), got (.+?)\.?$")
 
 
-def _outside_use(nodes: Sequence[ir.Node]) -> tuple[ir.Node | None, ir.Node | None]:
-    """(matched node, the first node outside ``nodes`` that reads one of its outputs)."""
+def _outside_use(nodes: Sequence[ir.Node], root: ir.Node | None = None) -> tuple[ir.Node | None, ir.Node | None]:
+    """(matched node, the first node outside ``nodes`` that reads one of its outputs); the
+    ``root``'s readers do not count (its output is what the rewrite replaces)."""
     inside = {id(n) for n in nodes}
     for n in nodes:
+        if n is root:
+            continue
         for v in n.outputs:
             for use in v.uses():
                 if id(use.node) not in inside:
@@ -302,7 +317,7 @@ def from_match(rule: str, root: ir.Node, matched: Sequence[ir.Node], reason: str
                 return
             text = f"{failed_node.name} is a {got} where the pattern needs {expected}"
     elif "other uses" in text:
-        inner, outside = _outside_use(nodes)
+        inner, outside = _outside_use(nodes, root)
         kind, blocker = "other_uses", outside or blocker
         if inner is not None and outside is not None:
             text = (f"{inner.op_type} {inner.name}'s output also feeds {outside.op_type} {outside.name}, "

@@ -107,7 +107,8 @@ def _recording_condition(rule_name: str):
     def wrap(condition):
         def checked(context, **bindings):
             result = condition(context, **bindings)
-            if not result and len(context.nodes) > 1 and nearmiss.active():  # one node: no near miss
+            if (not result and len(context.nodes) > 1 and nearmiss.active()  # one node: no near miss
+                    and not getattr(result, nearmiss.REPORTED, False)):  # the check said it itself
                 reason = getattr(result, "reason", "") or ""
                 sources = getattr(result, "failure_nodes_and_values", ()) or ()
                 nearmiss.from_match(rule_name, context.root, context.nodes, reason, sources, condition=True)

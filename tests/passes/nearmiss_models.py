@@ -5,9 +5,9 @@ the rewrite and the kind of reason (``fusionviz.passes.nearmiss.KINDS``).
 
 - ``conv_bn_constant_nodes``: Paddle2ONNX style, the Conv weight and the BN statistics are
   ``Constant`` nodes (fold_batchnorm needs constant_folding first).
-- ``convtranspose_add_map_bn``: ``ConvTranspose → Add → BatchNormalization`` where the Add's
-  constant varies over space (a position map, not a bias). ``convtranspose_add_bn`` (a PP-OCR
-  detector's upsampling head, the Add a per-channel bias) is no near miss any more: it folds.
+- ``convtranspose_add_bn``: ``ConvTranspose → Add → BatchNormalization`` where the Add's
+  constant varies over space (a position map, not a bias). With a per-channel bias, a PP-OCR
+  detector's upsampling head (``convtranspose_bias_add_bn``), it is no near miss any more: it folds.
 - ``tanh_gelu_megatron``: Megatron's tanh GELU, ``tanh(√(2/π)·x·(1 + 0.044715·x·x))``: the
   polynomial factored, a form ``fuse_gelu`` does not take. (The textbook form with ``x³`` written
   as ``x·x·x``, ``tanh_gelu_cubed_by_mul``, and jax2tf's order, ``tanh_gelu_jax_order``, were
@@ -86,7 +86,7 @@ def conv_bn_constant_nodes():
     return b.model([1, 3, 8, 8], y), {"pass": "fold_batchnorm", "blocker": b.nodes[0].name, "kind": "needs_pass"}
 
 
-def convtranspose_add_bn(bias_shape=(1, 4, 1, 1)):
+def convtranspose_bias_add_bn(bias_shape=(1, 4, 1, 1)):
     """PP-OCR's upsampling head: the Add's constant is a per-channel bias, so it folds (not a near miss)."""
     b = Builder()
     ct = b.op("ConvTranspose", ["x", b.w(3, 4, 2, 2)], name="up", strides=[2, 2])
@@ -96,9 +96,9 @@ def convtranspose_add_bn(bias_shape=(1, 4, 1, 1)):
     return b.model([1, 3, 8, 8], y), {"pass": "fold_batchnorm", "blocker": "up_bias", "kind": "in_between"}
 
 
-def convtranspose_add_map_bn():
-    """The same head with an Add whose constant varies over space: it stays between."""
-    return convtranspose_add_bn(bias_shape=(1, 4, 16, 16))
+def convtranspose_add_bn():
+    """The same head with an Add whose constant varies over space (a position map): it stays between."""
+    return convtranspose_bias_add_bn(bias_shape=(1, 4, 16, 16))
 
 
 def tanh_gelu_cubed_by_mul():
@@ -165,7 +165,7 @@ def tanh_gelu_megatron():
     return b.model([2, 16], y), {"pass": "fuse_gelu", "blocker": "inner", "kind": "form"}
 
 
-ALL = {f.__name__: f for f in (conv_bn_constant_nodes, convtranspose_add_map_bn, tanh_gelu_megatron,
+ALL = {f.__name__: f for f in (conv_bn_constant_nodes, convtranspose_add_bn, tanh_gelu_megatron,
                                  qdq_attention, guarded_attention)}
 
 

@@ -47,14 +47,14 @@ def test_constant_node_weights_say_which_pass_to_turn_on_and_then_fold():
 
 
 def test_node_in_between_is_the_blocker_and_the_ops_around_it_are_matched():
-    model, _ = nm.convtranspose_add_map_bn()
+    model, _ = nm.convtranspose_add_bn()
     m = _report(run_pipeline(model, ["fold_batchnorm"]), "fold_batchnorm").near_misses[0]
     assert m.blocker == "up_bias" and set(m.nodes) == {"up", "up_bn"}
     assert "ConvTranspose" in m.reason and "BatchNormalization" in m.reason and "(1, 4, 16, 16)" in m.reason
 
 
 def test_former_near_miss_convtranspose_bias_add_bn_now_folds():
-    model, _ = nm.convtranspose_add_bn()
+    model, _ = nm.convtranspose_bias_add_bn()
     result = run_pipeline(model, ["fold_batchnorm"])
     rep = _report(result, "fold_batchnorm")
     assert rep.status == "applied" and rep.near_miss_total == 0

@@ -132,11 +132,13 @@ class _ConvAddActivation(_ConvActivation):
         why = self._sums.get(id(add), {}).get(index, ("the Add was not seen before the pass", "", "condition"))
         if why is not None:
             reason, hint, kind = why
+            if act_out is None and _lone_activation(add) is not None:
+                return nearmiss.reported(r.fail(reason))  # the Add + activation rule reported this site
             if nearmiss.active():
-                nearmiss.note([conv_out.producer(), add] + ([act_out.producer()] if act_out is not None else []), add,
-                              f"FusedConv adds its sum input Z without broadcasting, and {reason}", hint=hint,
+                nearmiss.note([conv_out.producer(), add] + ([act_out.producer()] if act_out is not None else []),
+                              add, f"FusedConv adds its sum input Z without broadcasting, and {reason}", hint=hint,
                               kind=kind, rule=self.name, depth=150)
-            return r.fail(reason)
+            return nearmiss.reported(r.fail(reason))
         self._activation_params = []
         if act_out is not None:
             params, reason = self._params(act_out.producer())
@@ -177,6 +179,16 @@ class _ConvHardSwishOfHardSigmoid(orp.RewriteRuleClassBase):
         conv = conv_out.producer()
         return op.FusedConv(*conv.inputs, _domain=MS_DOMAIN, _name=conv.name, activation="HardSwish",
                             **dict(conv.attributes))
+
+
+def _lone_activation(add: ir.Node) -> ir.Node | None:
+    """The activation rule 2 would take with ``add``: its output's only reader, when it is one."""
+    out = add.outputs[0]
+    uses = list(out.uses())
+    if len(uses) != 1 or out.is_graph_output():
+        return None
+    node = uses[0].node
+    return node if node.op_type in _FUSED_ACTIVATIONS and node.domain == "" else None
 
 
 def _sum_table(model: ir.Model) -> dict[int, dict[int, tuple[str, str, str] | None]]:

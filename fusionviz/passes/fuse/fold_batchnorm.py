@@ -158,7 +158,7 @@ class _FoldBNThroughShift(_BatchNormGuards, orp.RewriteRuleClassBase):
                               f"its operand '{t.name}' is {what}, so it cannot be folded with the BatchNorm",
                               hint="only a per-channel constant Add folds into the bias", kind="in_between",
                               rule=self.name, depth=150)
-            return r.fail(f"The Add's operand '{t.name}' is {what}.", t)
+            return nearmiss.reported(r.fail(f"The Add's operand '{t.name}' is {what}.", t))
         w = weight_value(inbound.inputs[1])
         if inbound.op_type == "ConvTranspose" and w.shape[0] % inbound.attributes.get_int("group", 1):
             return r.fail("ConvTranspose in_channels is not divisible by group.")
