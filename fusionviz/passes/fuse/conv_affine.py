@@ -78,7 +78,8 @@ class _ConvScaleShift(ConvAffineBase):
 
 
 class _GuardedAffineConv(_compat.AffineConvFusion):
-    """onnxscript's ``Conv(x·s + t)`` (scalar s, t; no padding) with extra guards.
+    """onnxscript's ``Conv(x·s + t)`` (scalar s, t; no padding) with extra guards, and with the
+    Mul's operands in either order (Paddle2ONNX writes ``Mul(s, x)``; the pass commutes the rule).
 
     The library's math, with new weights named by the model-wide :class:`Namer` (the library
     names them ``<w>_scaled`` / ``<b>_offset``, and its rewriter overwrites an initializer that
@@ -145,4 +146,4 @@ Conv output used elsewhere.
         # Mul→Add first (as one match), then a lone Mul or Div; then the input-side affine.
         apply_rules(model, [_ConvScaleShift.rule(namer)], commute=True)
         apply_rules(model, [_ConvScale.rule(namer, False), _ConvScale.rule(namer, True)], commute=True)
-        apply_rules(model, [_GuardedAffineConv.rule(namer)])
+        apply_rules(model, [_GuardedAffineConv.rule(namer)], commute=True)
