@@ -7,7 +7,9 @@ Rules (the code points back to them):
    folded, removed are said in words). The selection is (side, node), so a FusedConv that kept
    its Conv's name is never confused with that Conv.
 2. Search matches a node's name (substring) or op type (whole word), case-insensitive, in both
-   panes at once; matches inside a collapsed block outline the block.
+   panes at once; matches inside a collapsed block outline the block. A new search selects its
+   first match (after side first; the picker chooses another), so selection and search marks
+   agree in both panes, and both panes centre it. The legend lists the marks that are drawn.
 3. Up to :func:`max_draw` items are drawn per pane (big graphs are laid out by parts on the
    server). "Collapse" folds name scopes into blocks, opening them while the picture stays small
    (a model whose nodes all sit in one scope is drawn node by node); a selection bigger than the
@@ -78,6 +80,7 @@ _CSS = """
 .fv-legend { margin-left: auto; font-size: 0.85rem; white-space: nowrap; }
 .fv-sw { display: inline-block; width: 1.05em; height: 0.75em; border: 2px solid; border-radius: 3px;
          margin: 0 0.3em 0 0.9em; vertical-align: middle; }
+.fv-sw.fv-mark { background: #fff; border-width: 3px; }
 </style>
 """
 
@@ -222,6 +225,41 @@ def matches(links: Links, side: str, text: str) -> list[str]:
     return [k for k in links.keys(side) if _hit(t, k, links.op(side, k))]
 
 
+def _picks(hits: dict[str, list[str]]) -> dict[str, str]:
+    """Rule 2: the matches offered in the picker (after side first, 50 per side) -> their side."""
+    picks: dict[str, str] = {}
+    for side in ("after", "before"):
+        for k in hits.get(side, [])[:50]:
+            picks.setdefault(k, side)
+    return picks
+
+
+def _pick(name: str, side: str) -> None:
+    """Rule 2: select a match; both panes centre it (the ``search:`` reveal token)."""
+    _select(name, side)
+    st.session_state[REVEAL] = f"search:{side}:{name}:{id(object())}"
+
+
+def _on_pick(picks: dict[str, str]) -> None:
+    """Another match picked in the status row."""
+    name = st.session_state.get("graph_search_pick")
+    if name in picks:
+        _pick(name, picks[name])
+
+
+def _search_selects(text: str, hits: dict[str, list[str]]) -> None:
+    """Rule 2: a new search selects its first match (after side first), so the selection and the
+    search marks agree in both panes, and both panes centre it."""
+    if text == st.session_state.get(SEARCH_SEEN, ""):
+        return
+    st.session_state[SEARCH_SEEN] = text
+    picks = _picks(hits)
+    if picks:
+        first = next(iter(picks))
+        st.session_state["graph_search_pick"] = first
+        _pick(first, picks[first])
+
+
 # ------------------------------------------------------------------ focus in the URL (rule 4)
 
 
@@ -277,8 +315,9 @@ def _take_clicks(links: Links) -> None:
 # ------------------------------------------------------------------ the bar (rule 5)
 
 
-def _legend_html(counts: dict | None) -> str:
-    """The diff colours with their counts, on one short line."""
+def _legend_html(counts: dict | None, shown: dict[str, bool] | None = None) -> str:
+    """The diff colours with their counts, then the marks drawn now (selection, search matches,
+    near misses), on one short line."""
     keys = {"fused / new": ("fused", "added"), "removed": ("removed",), "changed": ("changed",),
             "unchanged": ("unchanged",)}
     parts = []
@@ -286,14 +325,34 @@ def _legend_html(counts: dict | None) -> str:
         n = f" <b>{sum(int(counts.get(k, 0)) for k in keys[label]):,}</b>" if counts else ""
         parts.append(f"<span class='fv-sw' style='background:{fill};border-color:{border}'></span>{label}{n}")
     parts.append(common.lifted_swatch(counts, "class='fv-sw' style='background:{fill};border-color:{border}'"))
+    parts.append(_marks_legend(shown or {}))
     return "<span class='fv-legend'>" + "".join(parts) + "</span>"
 
 
-def _header(caption: str, counts: dict | None) -> None:
+def _marks_legend(shown: dict[str, bool]) -> str:
+    """Legend entries of the marks that are drawn: selection (and its dashed counterpart), search
+    matches, near misses (outlines only)."""
+    from fusionviz.graphview.dot import NEAR_MISS_BLOCKER, NEAR_MISS_MATCHED
+    from fusionviz.ui.graph_component import MARK_TITLES, MARKS
+
+    entries = []
+    if shown.get("selected"):
+        entries += [(MARK_TITLES["selected"], MARKS["selected"], "solid"),
+                    (MARK_TITLES["linked"], MARKS["selected"], "dashed")]
+    if shown.get("match"):
+        entries.append((MARK_TITLES["match"], MARKS["match"], "solid"))
+    if shown.get("near_miss"):
+        entries += [("near miss: matched", NEAR_MISS_MATCHED, "dashed"),
+                    ("near miss: blocked here", NEAR_MISS_BLOCKER, "solid")]
+    return "".join(f"<span class='fv-sw fv-mark' style='border-color:{colour};border-style:{style}'></span>{title}"
+                   for title, colour, style in entries)
+
+
+def _header(caption: str, counts: dict | None, shown: dict[str, bool] | None = None) -> None:
     """The page's title, the pair's caption and the diff colours, on one line."""
     plain = caption.replace("**", "")
     st.markdown(f"<div class='fv-head'><h1 class='fv-title'>Graph: before and after</h1>"
-                f"<span class='fv-cap'>· {plain}</span>{_legend_html(counts)}</div>", unsafe_allow_html=True)
+                f"<span class='fv-cap'>· {plain}</span>{_legend_html(counts, shown)}</div>", unsafe_allow_html=True)
 
 
 def _toolbar(result: Any, collapse_on: bool) -> tuple[DeltaGenerator, DeltaGenerator]:
@@ -339,11 +398,13 @@ def _status_row(text: str, hits: dict[str, list[str]], notes: list[str], first_c
     if text:
         nb, na = len(hits.get("before", [])), len(hits.get("after", []))
         if nb or na:
-            cols[0].markdown(f"Search **{text}**: {nb:,} in before, {na:,} in after (outlined in amber).")
-            picks = list(dict.fromkeys(hits.get("after", [])[:50] + hits.get("before", [])[:50]))
-            pick = cols[1].selectbox(f"{len(picks)} match{'es' if len(picks) != 1 else ''}", picks,
-                                     key="graph_search_pick", label_visibility="collapsed")
-            side = "after" if pick in hits.get("after", []) else "before"
+            cols[0].markdown(f"Search **{text}**: {nb:,} in before, {na:,} in after (cyan outline).",
+                             help="The match picked on the right is selected and centred in both panes.")
+            picks = _picks(hits)
+            pick = cols[1].selectbox(f"{len(picks)} match{'es' if len(picks) != 1 else ''}", list(picks),
+                                     key="graph_search_pick", label_visibility="collapsed",
+                                     on_change=_on_pick, args=(picks,))
+            side = picks.get(pick, "after")
             cols[2].button("Focus", key="graph_focus_btn", on_click=_set_focus, args=(pick, side),
                            width="stretch", help="Draw only this node and its neighbours")
         else:
@@ -400,7 +461,7 @@ def _wants_whole(side: str, dot: str) -> bool:
 
 
 def _draw_pane(side: str, rendered: Rendered, *, height: int, selected_id: str | None,
-               linked_ids: list[str], match_ids: list[str], pending: list[str]) -> None:
+               linked_ids: list[str], match_ids: list[str], changed_ids: list[str], pending: list[str]) -> None:
     """One pane: the pan/zoom viewer with its marks, or the browser's own renderer without SVG.
 
     A big drawing not laid out yet shows its first screen at once (rule 8) and goes on ``pending``.
@@ -414,6 +475,9 @@ def _draw_pane(side: str, rendered: Rendered, *, height: int, selected_id: str |
     )
 
     label = f"{side.capitalize()} · {rendered.drawn:,} of {rendered.total:,} nodes drawn"
+    token = st.session_state.get(REVEAL)
+    view = {"pane": side, "reveal": token, "centre": str(token or "").startswith("search:"),
+            "changed_ids": changed_ids, "sync": "graph", "search_key": "graph_search"}
     if rendered.auto_collapsed:
         label += " · collapsed automatically"
     try:
@@ -423,8 +487,8 @@ def _draw_pane(side: str, rendered: Rendered, *, height: int, selected_id: str |
         if first is not None:
             pending.append(rendered.dot)
             graph_pane(first, key=f"graph_{side}", height=height, selected_id=selected_id,
-                       linked_ids=linked_ids, match_ids=match_ids, pane=side,
-                       pane_label=label + " · laying out the rest...", reveal=st.session_state.get(REVEAL))
+                       linked_ids=linked_ids, match_ids=match_ids,
+                       pane_label=label + " · laying out the rest...", **view)
             return
         with st.spinner(f"Laying out the {side} graph ({rendered.drawn:,} items)...", show_time=True):
             svg = svg_for(rendered.dot)
@@ -435,8 +499,7 @@ def _draw_pane(side: str, rendered: Rendered, *, height: int, selected_id: str |
         return
     packed = packed_svg_for(rendered.dot) if len(svg) > PACK_ABOVE else None
     graph_pane(svg, key=f"graph_{side}", height=height, selected_id=selected_id, linked_ids=linked_ids,
-               match_ids=match_ids, pane=side, pane_label=label, reveal=st.session_state.get(REVEAL),
-               packed=packed)
+               match_ids=match_ids, pane_label=label, packed=packed, **view)
 
 
 def _prepare_layouts(rendered: dict[str, Rendered | None]) -> None:
@@ -459,14 +522,19 @@ def _prepare_layouts(rendered: dict[str, Rendered | None]) -> None:
                 pass  # the pane says so when it is drawn
 
 
-def _marks(rendered: dict[str, Rendered | None], cp: Counterpart | None, hits: dict[str, list[str]]) -> dict[str, dict]:
-    """Per pane: the selected element, the elements linked to it (rule 1), the search matches (rule 2)."""
-    marks: dict[str, dict] = {s: {"selected_id": None, "linked_ids": [], "match_ids": []} for s in SIDES}
+def _marks(rendered: dict[str, Rendered | None], cp: Counterpart | None, hits: dict[str, list[str]],
+           diff: GraphDiff | None = None) -> dict[str, dict]:
+    """Per pane: the selected element, the elements linked to it (rule 1), the search matches (rule 2),
+    the changed nodes in model order (the pane's n/p keys step through them)."""
+    marks: dict[str, dict] = {s: {"selected_id": None, "linked_ids": [], "match_ids": [], "changed_ids": []}
+                              for s in SIDES}
     for side in SIDES:
         r = rendered.get(side)
         if r is None:
             continue
         marks[side]["match_ids"] = _ids(r, hits.get(side, []))
+        status = (getattr(diff, f"status_{side}", None) or {}) if diff is not None else {}
+        marks[side]["changed_ids"] = _ids(r, [k for k, s in status.items() if s not in ("unchanged", "lifted")])
         if cp is not None and side == cp.side:
             marks[side]["selected_id"] = r.item_ids.get(cp.key)
         elif cp is not None:
@@ -588,15 +656,19 @@ def body() -> None:
         diff = None  # one side has no such body: nothing to colour (body_view rule 3)
     _take_clicks(links)
     collapse_on = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("collapse", True))
+    text = (st.session_state.get("graph_search") or "").strip()
+    hits = {side: matches(links, side, text) for side in SIDES} if text else {}
+    _search_selects(text, hits)
+    overlay = nearmiss_view.overlay(result, near) if opened is None else ()
+    errs = error_view.current(loaded, key, before, after, in_body=opened is not None)
+    heat = error_view.overlay(errs)  # the after pane's colours (error_view rule 2)
 
-    _header(caption, getattr(diff, "counts", None))
+    shown = {"selected": selection(links)[0] is not None, "match": any(hits.values()), "near_miss": bool(overlay)}
+    _header(caption, getattr(diff, "counts", None), shown)
     view_box, export_box = _toolbar(result, collapse_on)
     body_view.bar(*whole, opened, links, selection(links))
     nearmiss_view.picker(result, near)
     nearmiss_view.banner(near)
-    overlay = nearmiss_view.overlay(result, near) if opened is None else ()
-    errs = error_view.current(loaded, key, before, after, in_body=opened is not None)
-    heat = error_view.overlay(errs)  # the after pane's colours (error_view rule 2)
     error_view.banner(errs, _set_focus)
 
     focus = st.session_state.get(state.FOCUS)
@@ -618,19 +690,13 @@ def body() -> None:
             st.error(f"{side.capitalize()}: {exc}")
             rendered[side] = None
 
-    text = (st.session_state.get("graph_search") or "").strip()
-    hits = {side: matches(links, side, text) for side in SIDES} if text else {}
     notes = sorted({r.note for r in rendered.values() if r is not None and r.note})
     first_change = next((k for k, s in (getattr(diff, "status_after", {}) or {}).items() if s != "unchanged"), None)
     _status_row(text, hits, notes, first_change)
 
     sel, sel_side = selection(links)
     cp = links.counterpart(sel_side, sel) if sel and sel_side else None
-    marks = _marks(rendered, cp, hits)
-    if text != st.session_state.get(SEARCH_SEEN, ""):
-        st.session_state[SEARCH_SEEN] = text
-        if text:
-            st.session_state[REVEAL] = f"search:{text}"
+    marks = _marks(rendered, cp, hits, diff)
 
     _prepare_layouts(rendered)
     stacked = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("stacked"))

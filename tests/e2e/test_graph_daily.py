@@ -113,14 +113,14 @@ def test_selection_follows_provenance_across_panes(server, page):
 def test_search_outlines_matches_in_both_panes(server, page):
     open_graph(page, server + "/graph?sample=resnet_ts")
     box = page.get_by_placeholder("Search: name or op type", exact=False)
-    box.fill("Relu")
+    box.fill("layer1")
     box.press("Enter")
     wait_attr(page, "before", "matches", lambda v: int(v) >= 10)
     wait_attr(page, "after", "matches", lambda v: int(v) >= 1)
     wait_idle(page)
     b, a = int(attr(pane(page, "before"), "matches")), int(attr(pane(page, "after"), "matches"))
-    assert b > a >= 1, (b, a)  # most Relus were fused away
-    page.get_by_text("Search Relu:", exact=False).first.wait_for()
+    assert b > a >= 1, (b, a)  # layer1's BatchNorms, Relus and Adds were fused into its Convs
+    page.get_by_text("Search layer1:", exact=False).first.wait_for()
     assert_clean(page)
     screenshot(page, "graph_search")
 
@@ -152,15 +152,13 @@ def test_three_thousand_nodes_drawn_uncapped(browser, big_model):
             # loose bounds: a cold server on a shared machine (strict figures: bench_render.py)
             assert first < 90 and elapsed < 150, (first, elapsed)
             # Pan and zoom work on the big drawing.
-            vb0 = before.evaluate("() => document.querySelector('#view svg').getAttribute('viewBox')")
+            k0 = float(attr(before, "k"))  # pixels per point
             box = before.frame_element().bounding_box()
             page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
             page.mouse.wheel(0, 600)
             page.wait_for_timeout(300)
-            vb1 = before.evaluate("() => document.querySelector('#view svg').getAttribute('viewBox')")
-            assert vb1 != vb0
-            w0, w1 = float(vb0.split()[2]), float(vb1.split()[2])
-            assert w1 > w0  # zoomed out
+            k1 = float(attr(before, "k"))
+            assert k1 < k0  # zoomed out
             assert_clean(page)
             screenshot(page, "graph_big_3000")
         finally:
@@ -210,7 +208,7 @@ def test_focus_lives_in_the_url(server, page):
     screenshot(page, "graph_focus_link")
     page.get_by_role("button", name="Whole graph").first.click()
     wait_idle(page)
-    wait_attr(page, "after", "shapes", lambda v: int(v) > 30)
+    wait_attr(page, "after", "shapes", lambda v: int(v) > max(shapes, 20))
     assert "focus" not in params(page) and params(page)["sample"] == "resnet_ts"
     # Focusing from the search writes the parameter back; the other parameters stay.
     passes = params(page)["passes"]

@@ -2,15 +2,21 @@
 
 The SVG is laid out on the server (pygraphviz, :func:`fusionviz.graphview.render_svg`; big graphs
 by parts) and shown by ``frontend/index.html``, which implements the component protocol by hand
-(componentReady, setFrameHeight, setComponentValue; render events) with wheel zoom, drag pan,
-fit, and click. Node elements carry ids made by :func:`fusionviz.graphview.element_id`, so a
-click maps back to the ONNX node name without any table.
+(componentReady, setFrameHeight, setComponentValue; render events). The frontend's docstring
+numbers its rules: a camera applied as one CSS transform per frame; a readable first view (the
+top of the drawing at 1 px per point); fit and fit width; wheel steps of 15%; a minimap; keys
+(``/`` search, ``f`` fit, ``w`` fit width, n/p or arrows through the changed nodes); marks for the
+selection, its counterpart and search matches (``MARKS``); and sync: viewers given the same
+``sync`` group (the Graph page's two panes) find each other through the parent window and zoom and
+pan together, matching nodes by element id, until the person unlinks them. Node elements carry ids
+made by :func:`fusionviz.graphview.element_id`, so a click maps back to the ONNX node name without
+any table, and the same node has the same id in both panes.
 
 Use::
 
     clicked = graph_viewer(svg, key="after")          # node name, or "scope:<path>" for a box
     hit = graph_click(svg, key="after")               # ("node", name) / ("scope", path) / None
-    click = graph_pane(svg, key="after", linked_ids=[...], match_ids=[...])  # Click with a nonce
+    click = graph_pane(svg, key="after", linked_ids=[...], match_ids=[...], sync="graph")  # Click with a nonce
     svg = svg_for(dot)                                # laid out once per DOT text (LRU)
     first = first_svg_for(dot)                        # big drawings: the first screen, at once
     packed = packed_svg_for(dot)                      # the same, gzip + base64, for big drawings
@@ -38,6 +44,14 @@ logger = logging.getLogger(__name__)
 #: Prefix of the value returned when a collapsed scope box is clicked.
 SCOPE_PREFIX = "scope:"
 
+#: Outline colours of the viewer's marks: apart from each other, from the change colours
+#: (``graphview.dot.STATUS_STYLE``), the near-miss outlines (violet, pink) and the error heat scale
+#: with its NaN fill (CIE ΔE ≥ 30 from each; ``tests/e2e/test_graph_viewer.py``). The selected
+#: node and what it stands for in the other pane share the selection colour (the latter dashed).
+MARKS = {"selected": "#2563eb", "match": "#0891b2"}
+#: Legend titles of the marks.
+MARK_TITLES = {"selected": "selected", "linked": "its counterpart (dashed)", "match": "search match"}
+
 _FRONTEND = Path(__file__).resolve().parent / "frontend"
 _component = components.declare_component("fusionviz_graph_viewer", path=str(_FRONTEND))
 
@@ -60,26 +74,37 @@ class Click:
 
 def graph_pane(svg: str | None, *, key: str, height: int = 700, selected_id: str | None = None,
                linked_ids: Sequence[str] = (), match_ids: Sequence[str] = (), pane: str = "",
-               pane_label: str = "", reveal: str | None = None, packed: str | None = None) -> Click | None:
+               pane_label: str = "", reveal: str | None = None, packed: str | None = None,
+               centre: bool = False, changed_ids: Sequence[str] = (), sync: str = "",
+               search_key: str = "") -> Click | None:
     """Show ``svg`` with marks; return the last click (None before the first).
 
     Args:
         svg: SVG text from ``render_svg`` (None when ``packed`` is given).
         key: Streamlit widget key (one per viewer on a page).
         height: viewer height in pixels.
-        selected_id: element id to outline as selected (blue).
-        linked_ids: element ids linked to a selection in another viewer (purple).
-        match_ids: element ids matching a search (amber).
-        pane: a name for the viewer, set on its ``<body data-pane>`` (tests, benchmarks).
-        pane_label: a small label drawn in the viewer's top-left corner.
-        reveal: a token; when it changes, the viewer pans to the linked nodes (else the matches,
-            else the selection) unless they are in view already.
+        selected_id: element id to outline as selected (``MARKS["selected"]``).
+        linked_ids: element ids linked to a selection in another viewer (the same colour, dashed).
+        match_ids: element ids matching a search (``MARKS["match"]``).
+        pane: a name for the viewer, set on its ``<body data-pane>`` (tests, benchmarks, sync).
+        pane_label: a small label drawn in the viewer's bottom-left corner.
+        reveal: a token; when it changes, the viewer pans to the linked nodes (else the selection,
+            else the matches) unless they are in view already.
         packed: the SVG gzip-compressed and base64-encoded (:func:`packed_svg_for`): a big drawing
             travels to the browser in a tenth of the bytes and is unpacked there.
+        centre: with a new ``reveal`` token, centre the target at a readable zoom even when it is in
+            view (a search: the match centred in every pane).
+        changed_ids: element ids of the changed nodes in model order; the arrow keys and n/p step
+            through them.
+        sync: a group name; viewers of one page with the same group zoom and pan together (they
+            match nodes by element id) until the person unlinks them. "" moves alone.
+        search_key: the widget key of the page's search box, which "/" focuses.
     """
     value = _component(svg=None if packed else svg, svgz=packed, height=int(height), selected_id=selected_id,
                        linked_ids=list(linked_ids), match_ids=list(match_ids), pane=pane,
-                       pane_label=pane_label, reveal=reveal, key=key, default=None)
+                       pane_label=pane_label, reveal=reveal, centre=bool(centre),
+                       changed_ids=list(changed_ids), sync=sync, search_key=search_key,
+                       colours=dict(MARKS), key=key, default=None)
     if not isinstance(value, dict):
         return None
     kind, name = value.get("kind"), value.get("key")
