@@ -13,7 +13,8 @@ the rewrite and the kind of reason (``fusionviz.passes.nearmiss.KINDS``).
   as ``x·x·x``, ``tanh_gelu_cubed_by_mul``, and jax2tf's order, ``tanh_gelu_jax_order``, were
   near misses and fuse now.)
 - ``qdq_attention``: QuantizeLinear/DequantizeLinear between the scores MatMul and Softmax.
-- ``guarded_attention``: torch dynamo's ``Where(IsNaN(p), 0, p)`` after Softmax (GPT-2).
+- ``guarded_attention``: torch dynamo's ``Where(IsNaN(p), 0, p)`` after Softmax (GPT-2) with a
+  float mask input that may hold -inf (without a mask, ``guarded_attention_unmasked``, it fuses).
 """
 
 from __future__ import annotations
@@ -60,8 +61,11 @@ class Builder:
         self.nodes.append(oh.make_node(op, list(inputs), [out], name=name or self.name(op), **attrs))
         return out
 
-    def model(self, x_shape, y: str, opset: int = 17) -> onnx.ModelProto:
-        graph = oh.make_graph(self.nodes, "g", [oh.make_tensor_value_info("x", F, x_shape)], [], self.inits)
+    def model(self, x_shape, y: str, opset: int = 17, inputs: dict | None = None) -> onnx.ModelProto:
+        """The model with input ``x`` (and ``inputs``: name → float shape) and output ``y``."""
+        ins = [oh.make_tensor_value_info("x", F, x_shape)]
+        ins += [oh.make_tensor_value_info(k, F, v) for k, v in (inputs or {}).items()]
+        graph = oh.make_graph(self.nodes, "g", ins, [], self.inits)
         m = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
         m.ir_version = 8
         inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
@@ -117,7 +121,7 @@ HID, NH = 32, 4
 HS = HID // NH
 
 
-def _attention(b: Builder, x: str, between_scores: bool, guard: bool) -> str:
+def _attention(b: Builder, x: str, between_scores: bool, guard: bool, mask: str | None = None) -> str:
     def proj():
         return b.op("Add", [b.op("MatMul", [x, b.w(HID, HID)]), b.w(HID, scale=0.05)])
 
@@ -132,6 +136,8 @@ def _attention(b: Builder, x: str, between_scores: bool, guard: bool) -> str:
         q8 = b.op("QuantizeLinear", [scores, scale, zero], name="scores_q")
         scores = b.op("DequantizeLinear", [q8, scale, zero], name="scores_dq")
     scores = b.op("Div", [scores, b.init(np.array(math.sqrt(HS), np.float32))])
+    if mask is not None:
+        scores = b.op("Add", [scores, mask], name="masked")
     probs = b.op("Softmax", [scores], name="softmax", axis=-1)
     if guard:
         nan = b.op("IsNaN", [probs], name="isnan")
@@ -147,9 +153,21 @@ def qdq_attention():
 
 
 def guarded_attention():
+    """torch dynamo's guard with a float mask that may hold -inf (a boolean mask turned into 0/-inf):
+    a fully masked row is NaN before the guard, 0 after it, NaN in the fused kernel."""
+    b = Builder()
+    ctx = _attention(b, "x", between_scores=False, guard=True, mask="mask")
+    out = b.op("Add", [b.op("MatMul", [ctx, b.w(HID, HID)], name="out_proj"), b.w(HID, scale=0.05)])
+    y = b.op("Add", [out, "x"], name="residual")
+    return (b.model([2, 8, HID], y, inputs={"mask": [2, 1, 8, 8]}),
+            {"pass": "attention_fusion", "blocker": "isnan", "kind": "other_uses"})
+
+
+def guarded_attention_unmasked():
+    """The guard with no mask: no row can be all -inf, the guard is a no-op and is fused away."""
     b = Builder()
     y = _attention(b, "x", between_scores=False, guard=True)
-    return b.model([2, 8, HID], y), {"pass": "attention_fusion", "blocker": "isnan", "kind": "other_uses"}
+    return b.model([2, 8, HID], y), {"pass": "attention_fusion", "blocker": None, "kind": None}
 
 
 def tanh_gelu_megatron():

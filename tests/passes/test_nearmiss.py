@@ -81,6 +81,18 @@ def test_former_gelu_near_misses_now_fuse(fixture):
     assert v.ok, v.summary()
 
 
+def test_torch_guard_without_a_mask_now_fuses_and_with_a_maybe_infinite_mask_stays():
+    model, _ = nm.guarded_attention_unmasked()
+    result = run_pipeline(model, ["attention_fusion"])
+    assert _report(result, "attention_fusion").status == "applied"
+    assert [n.op_type for n in result.final.graph.node] == ["Attention"]
+    v = verify(result.original, result.final)
+    assert v.ok, v.summary()
+    model, _ = nm.guarded_attention()
+    (m,) = _report(run_pipeline(model, ["attention_fusion"]), "attention_fusion").near_misses
+    assert m.blocker == "isnan" and "-inf" in m.reason and m.hint
+
+
 def test_a_site_the_pass_rewrote_after_all_is_dropped():
     """Another rule (or a commuted copy, or a later round) that rewrote the site wins: a near
     miss naming a node that is gone after the pass is not reported."""

@@ -57,6 +57,11 @@ disappear. onnxruntime's own optimizer does not recognise these blocks in PyTorc
 mask with `mask_filter_value = c` (the kernel computes exactly `(1 − m)·c`); a float mask of
 shape `(B|1, 1|N, S, T)` is passed as `attention_bias`. Masks of other shapes are left alone.
 Float32 only (the CPU kernel); tolerance 1e-3 relative (the kernel sums in a different order).
+
+torch's exporter writes `Where(IsNaN(p), 0, p)` after every Softmax (a row whose scores are all
+−inf is NaN, the guard makes it 0). The kernel gives NaN for such a row, so the guard goes into
+the fusion only when no row can be all −inf (no mask, the attention_mask form, a constant finite
+mask): then it never fires. With a float mask that may hold −inf the block is left alone.
 """
 
     uses_origin_hints = True

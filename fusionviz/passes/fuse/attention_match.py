@@ -18,6 +18,13 @@ TorchScript exports scale with ``Div(scores, sqrt(d))`` after QK^T and build the
 2. A mask ``(1 - float(m[:, None, None, :])) * c`` becomes the raw int32 mask ``m`` with
    ``mask_filter_value = c`` (:func:`raw_mask`); another float mask of shape (B|1, 1|N, S, T)
    is passed as ``attention_bias`` (:func:`bias_mask`); anything else is refused.
+3. torch's exporter guards every Softmax with ``Where(IsNaN(p), 0, p)`` (:func:`nan_guard`):
+   a row whose scores are all -inf gives NaN, which the guard turns into 0. The fused kernel
+   gives NaN there (measured: onnxruntime 1.32's CPU Attention with an ``attention_bias`` row of
+   -inf), so the guard goes into the fusion only when no row can be all -inf: no mask, the
+   attention_mask form with its finite filter value, or a constant mask of finite values
+   (:func:`_finite_mask`). Then it is a no-op. Otherwise the block stays, a near miss at the
+   IsNaN.
 """
 
 from __future__ import annotations
@@ -160,8 +167,12 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
     if axis_v not in (-1, 3):
         raise Reject(f"Softmax axis {axis_v} is not the last axis")
     m.nodes.append(softmax)
-    # softmax -> MatMul(probs, V) -> Transpose(0,2,1,3) -> Reshape(B,S,hidden)
+    # softmax [-> Where(IsNaN(p), 0, p)] -> MatMul(probs, V) -> Transpose(0,2,1,3) -> Reshape(B,S,hidden)
     probs = softmax.outputs[0]
+    guard = nan_guard(probs)
+    if guard is not None:
+        m.nodes += guard
+        probs = guard[1].outputs[0]
     readers = [u.node for u in probs.uses()]
     mms = [n for n in readers if n.op_type == "MatMul" and n.domain == "" and n.inputs[0] is probs]
     if not single_use(probs):
@@ -237,7 +248,38 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
         m.nodes += p.nodes
     if not float32_or_unknown(projs[0].x):
         raise Reject("attention input is not float32")
+    if guard is not None and not _finite_mask(m.mask):
+        raise Reject("torch's IsNaN/Where guard after Softmax makes a fully masked row's probabilities 0, and the "
+                     "mask may hold -inf there, where the fused Attention kernel gives NaN",
+                     guard[0], kind="other_uses",
+                     hint="a mask built from finite values (such as the dtype's minimum instead of -inf) "
+                          "lets the guard go: it is then a no-op")
     return m, {"projs": projs, "num_heads": n_heads, "head_size": head_size, "out": ctx_r.outputs[0]}
+
+
+def nan_guard(probs: ir.Value) -> tuple[ir.Node, ir.Node] | None:
+    """Rule 3: torch's ``Where(IsNaN(p), 0, p)`` after a Softmax, as (IsNaN, Where), when ``p``
+    feeds exactly those two nodes."""
+    if probs.is_graph_output():
+        return None
+    readers = [u.node for u in probs.uses()]
+    isnan = next((n for n in readers if n.op_type == "IsNaN" and n.domain == ""), None)
+    where = next((n for n in readers if n.op_type == "Where" and n.domain == ""), None)
+    if isnan is None or where is None or len(readers) != 2 or not single_use(isnan.outputs[0]):
+        return None
+    if (where.inputs[0] is not isnan.outputs[0] or where.inputs[2] is not probs
+            or scalar(where.inputs[1]) != 0.0):
+        return None
+    return isnan, where
+
+
+def _finite_mask(mask: ir.Value | None) -> bool:
+    """Rule 3: whether no score row can be all -inf: no mask, an attention_mask with a finite
+    filter value, or a constant mask of finite values."""
+    if mask is None or raw_mask(mask) is not None:
+        return True
+    c = const_value(mask)
+    return c is not None and bool(np.all(np.isfinite(c)))
 
 
 def raw_mask(mask: ir.Value) -> tuple[ir.Value, float] | None:
