@@ -14,7 +14,11 @@ shipped sample models, two of which are transformer exports), in a worker proces
    Each executed layer lists the ONNX nodes it absorbed (``originalLayersNames``, resolved by
    the backend). A *group* is a layer that computes at run time (not folded into a constant;
    not a Const / Parameter / Result / Reorder / Convert layer) whose absorbed ONNX compute
-   nodes (Constant nodes left out) number two or more.
+   nodes (Constant nodes left out) number two or more. Nodes the backend *inferred* (names
+   OpenVINO's rewrites lost, placed with the layer that reads them) are left out: that guess
+   is wrong for a post-op fusion (a HardSwish chain fused into the Conv before it, its
+   HSwish named only internally, is placed with the next Conv). The totals with them are
+   printed as a second line.
 4. A group is *held* when the ``--all`` result computes it in one node: the result's nodes
    whose provenance (``fusionviz.sources``, else their own name) meets the group number at
    most one, and that one stands for the whole group (``"folded"`` when none does: every node
@@ -22,8 +26,11 @@ shipped sample models, two of which are transformer exports), in a worker proces
 
 Prints per model: groups, held, percentage, and the op-type signatures of the missed groups;
 then the totals and the missed signatures over all models, each with what onnxruntime offers
-for it (:func:`kernel_note`: a missed group with no fused CPU kernel in onnxruntime cannot be
-held by an ONNX-level fusion that onnxruntime runs). Writes ``<out>/bench_coverage.{txt,json}``.
+for it: read from the result's nodes that hold the group where that says it (:func:`why_apart`:
+a float16 model, quantized nodes, element-wise ops left after a fused Conv or MatMul), else
+from the group's op types (:func:`kernel_note`). A missed group with no fused CPU kernel in
+onnxruntime cannot be held by an ONNX-level fusion that onnxruntime runs. Writes
+``<out>/bench_coverage.{txt,json}``.
 """
 
 from __future__ import annotations
@@ -93,22 +100,30 @@ def _sources(model) -> dict[str, set[str]]:
     return out
 
 
-def groups_of(graph, ops: dict[str, str], constants: set[str]) -> list[tuple[str, tuple[str, ...]]]:
-    """(layer name, its ONNX compute node keys in model order) of every multi-node group (rule 3)."""
+def groups_of(graph, ops: dict[str, str], constants: set[str], *,
+              inferred: bool = False) -> list[tuple[str, tuple[str, ...]]]:
+    """(layer name, its ONNX compute node keys in model order) of every multi-node group (rule 3);
+    ``inferred``: with the nodes the backend placed by the graph's structure."""
     out = []
     for layer in graph.layers:
         if layer.folded or layer.layer_type in BOOKKEEPING:
             continue
-        keys = tuple(k for k in layer.absorbed if k in ops and k not in constants)
+        guessed = set() if inferred else set(layer.inferred)
+        keys = tuple(k for k in layer.absorbed if k in ops and k not in constants and k not in guessed)
         if len(keys) >= 2:
             out.append((layer.name, keys))
     return out
 
 
+def holders_of(keys: tuple[str, ...], sources: dict[str, set[str]]) -> list[str]:
+    """The result's nodes that stand for some node of the group (rule 4)."""
+    want = set(keys)
+    return [k for k, src in sources.items() if src & want]
+
+
 def held(keys: tuple[str, ...], sources: dict[str, set[str]]) -> str:
     """"one" | "folded" | "k nodes" (rule 4)."""
-    want = set(keys)
-    holders = [k for k, src in sources.items() if src & want]
+    holders = holders_of(keys, sources)
     if not holders:
         return "folded"
     if len(holders) == 1:
@@ -116,9 +131,31 @@ def held(keys: tuple[str, ...], sources: dict[str, set[str]]) -> str:
     return f"{len(holders)} nodes"
 
 
+_QUANT = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "DynamicQuantizeLSTM",
+                    "MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul"})
+
+
+def why_apart(ours: list[str], fp16: bool) -> str | None:
+    """What onnxruntime lacks to hold a missed group in one node, read from the op types of the
+    result's nodes that hold it (``ours``); None when nothing specific applies."""
+    s = set(ours)
+    if fp16:
+        return "no kernel: float16 (FusedConv, HardSwish and the other fused CPU kernels are float32)"
+    if s & _QUANT:
+        return "quantized: onnxruntime groups QDQ nodes itself at session time"
+    rest = s - {"FusedConv", "Conv", "ConvTranspose", "Gemm", "MatMul", "FusedMatMul"}
+    if not rest and len(ours) > 1:
+        return "no runtime op left: the group's tail (an affine after the activation) is folded into the next Conv"
+    if rest != s and rest and rest <= _ELEMENTWISE | _LAYOUT:
+        return "no kernel: element-wise ops after the Conv/MatMul's activation, or not per-channel"
+    return None
+
+
 def run_model(name: str, path: str) -> dict:
     """One model (runs in a worker process)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import onnx
+
     from fusionviz import model_io
     from fusionviz.graphview.compiled import compile_executed
     from fusionviz.inputs import InputSpec, plan_inputs
@@ -137,13 +174,20 @@ def run_model(name: str, path: str) -> dict:
         return {"model": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "seconds": time.perf_counter() - t0}
     ops, constants = _compute_keys(original)
     sources = _sources(final)
-    rows = []
-    for layer, keys in groups_of(graph, ops, constants):
-        state = held(keys, sources)
-        rows.append({"layer": layer, "nodes": list(keys), "ops": [ops[k] for k in keys],
-                     "held": state in ("one", "folded"), "ours": state})
-    return {"model": name, "groups": rows, "nodes_before": result.nodes_before, "nodes_after": result.nodes_after,
-            "seconds": time.perf_counter() - t0}
+    final_ops, _ = _compute_keys(final)
+    fp16 = any(t.data_type == onnx.TensorProto.FLOAT16 for t in final.graph.initializer) or any(
+        a.t.data_type == onnx.TensorProto.FLOAT16 for n in final.graph.node if n.op_type == "Constant"
+        for a in n.attribute if a.name == "value")
+    rows, with_inferred = [], []
+    for out, inferred in ((rows, False), (with_inferred, True)):
+        for layer, keys in groups_of(graph, ops, constants, inferred=inferred):
+            state = held(keys, sources)
+            ours = [final_ops[k] for k in holders_of(keys, sources)]
+            out.append({"layer": layer, "nodes": list(keys), "ops": [ops[k] for k in keys],
+                        "held": state in ("one", "folded"), "ours": state, "ours_ops": ours,
+                        "why": None if state in ("one", "folded") else why_apart(ours, fp16)})
+    return {"model": name, "groups": rows, "groups_with_inferred": with_inferred, "nodes_before": result.nodes_before,
+            "nodes_after": result.nodes_after, "seconds": time.perf_counter() - t0}
 
 
 def signature(ops: list[str]) -> str:
@@ -202,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"{'model':<32} {'groups':>6} {'held':>5} {'%':>6}  missed (op signature x count)"]
     total_g = total_h = 0
     missed_all: collections.Counter = collections.Counter()
+    whys: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for row in rows:
         if "error" in row:
             lines.append(f"{row['model']:<32} {'-':>6} {'-':>5} {'-':>6}  error: {row['error'][:120]}")
@@ -212,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         total_h += h
         missed = collections.Counter(signature(x["ops"]) for x in row["groups"] if not x["held"])
         missed_all.update(missed)
+        for x in row["groups"]:
+            if not x["held"]:
+                whys[signature(x["ops"])][x.get("why") or kernel_note(x["ops"])] += 1
         pct = f"{100 * h / g:5.1f}" if g else "    -"
         text = ", ".join(f"{s} x{c}" for s, c in missed.most_common(6))
         more = len(missed) - 6
@@ -220,15 +268,25 @@ def main(argv: list[str] | None = None) -> int:
     summary = (f"totals: {total_g} groups, {total_h} held in one node ({pct:.1f}%), {total_g - total_h} missed; "
                f"{len(rows)} models in {time.perf_counter() - t0:.0f} s")
     lines.append(summary)
+    cnn = [row for row in rows if any("Conv" in op for x in row.get("groups", ()) for op in x["ops"])]
+    gc = [x for row in cnn for x in row["groups"]]
+    hc = sum(1 for x in gc if x["held"])
+    lines.append(f"CNN / OCR / detection models (a group holds a Conv; {len(cnn)} models): {len(gc)} groups, {hc} held "
+                 f"({100 * hc / len(gc) if gc else 0.0:.1f}%)")
+    gi = [x for row in rows for x in row.get("groups_with_inferred", ())]
+    hi = sum(1 for x in gi if x["held"])
+    lines.append(f"with the backend's inferred placements: {len(gi)} groups, {hi} held "
+                 f"({100 * hi / len(gi) if gi else 0.0:.1f}%)")
     lines.append("")
     lines.append("missed groups by kind (all models):")
     no_kernel = 0
     for sig, count in missed_all.most_common():
-        note = kernel_note(sig.split("+"))
-        if note.startswith("no kernel"):
-            no_kernel += count
-        lines.append(f"  {count:>5}  {sig:<48} {note}")
-    lines.append(f"missed groups onnxruntime has no fused CPU kernel for: {no_kernel} of {total_g - total_h}")
+        notes = whys[sig].most_common()
+        no_kernel += sum(c for note, c in notes if note.startswith(("no kernel", "quantized")))
+        text = "; ".join(note if len(notes) == 1 else f"{note} (x{c})" for note, c in notes)
+        lines.append(f"  {count:>5}  {sig:<48} {text}")
+    lines.append(f"missed groups onnxruntime has no fused CPU kernel for (or groups itself, QDQ): {no_kernel} of "
+                 f"{total_g - total_h}")
     text = "\n".join(lines)
     print(text)
     out = Path(args.out)
