@@ -58,7 +58,7 @@ def test_unchanged_node_links_to_itself_and_removed_node_says_why():
     assert "records no provenance" in ort.relation
 
 
-def test_real_pipeline_links_every_fused_conv_to_conv_bn_relu():
+def test_real_pipeline_links_every_fused_conv_to_conv_bn_relu_and_its_residual_add():
     from fusionviz import samples
 
     if "resnet_ts" not in samples.sample_names():
@@ -71,8 +71,13 @@ def test_real_pipeline_links_every_fused_conv_to_conv_bn_relu():
     links = Links(res.original, res.final, d, fates_from_reports(res.reports))
     fused = [k for k in links.keys("after") if links.op("after", k) == "FusedConv"]
     assert fused
+    kinds = set()
     for k in fused:
         cp = links.counterpart("after", k)
-        assert sorted(cp.other_ops) == ["BatchNormalization", "Conv", "Relu"], (k, cp)
+        ops = tuple(sorted(cp.other_ops))
+        # a block's first Conv (+BN+Relu), or its last one with the residual Add (FusedConv's Z input)
+        assert ops in (("BatchNormalization", "Conv", "Relu"), ("Add", "BatchNormalization", "Conv", "Relu")), (k, cp)
+        kinds.add(ops)
         # the Conv kept its name: it is the before node of the same key, and links back
         assert k in cp.others and links.counterpart("before", k).others == (k,)
+    assert len(kinds) == 2  # both forms occur in a ResNet
