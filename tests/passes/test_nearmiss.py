@@ -168,3 +168,23 @@ def test_folding_a_tied_weight_is_declined_with_a_reason():
     assert "Transpose" in [n.op_type for n in result.final.graph.node]  # the weight is stored once
     (m,) = _report(result, "constant_folding").near_misses
     assert m.blocker == "lm_head_t" and "second" in m.reason and "wte" in m.reason
+
+
+def test_an_identity_kept_for_the_interface_says_why():
+    import onnx.parser
+
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x) => (float[2] y, float[2] z) { y = Identity(x) z = Relu(x) }""")
+    (m,) = _report(run_pipeline(model, ["identity_elimination"]), "identity_elimination").near_misses
+    assert m.nodes == (m.blocker,)  # the Identity itself
+    assert "graph output 'y'" in m.reason and "graph input 'x'" in m.reason
+
+
+def test_a_dropout_in_training_mode_says_why_it_stays():
+    import onnx.parser
+
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x) => (float[2] y) { r = Constant<value = float {0.5}>() t = Constant<value = bool {1}>()
+      y = Dropout(x, r, t) }""")
+    (m,) = _report(run_pipeline(model, ["dropout_elimination"]), "dropout_elimination").near_misses
+    assert "training_mode is true" in m.reason

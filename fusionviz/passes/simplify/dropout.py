@@ -7,6 +7,7 @@ import logging
 import numpy as np
 import onnx_ir as ir
 
+from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.cleanup import Cleanup, detach_and_remove
 from fusionviz.passes.facts import const_value, is_onnx
@@ -58,6 +59,7 @@ exports of BERT-style models have one after every attention and feed-forward blo
                 ok, why = _dropout_is_inference(node, opset)
                 if not ok:
                     logger.debug("dropout %s kept: %s", node.name, why)
+                    nearmiss.note([node], node, f"kept: {why}", rule="dropout")
                     continue
                 x = node.inputs[0]
                 out = node.outputs[0]

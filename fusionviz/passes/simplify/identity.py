@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.cleanup import detach_and_remove
 from fusionviz.passes.facts import is_onnx
@@ -20,7 +21,7 @@ def _produced_in(v: ir.Value, graph: ir.Graph | ir.Function) -> bool:
     return p is not None and p.graph is graph
 
 
-def eliminate_identity(node: ir.Node) -> bool:
+def eliminate_identity(node: ir.Node, *, report: bool = False) -> bool:
     """Remove ``y = Identity(x)``, following onnx-ir's numbered cases, plus one guard.
 
     1. ``y`` is not a graph output: every use of ``y`` becomes a use of ``x``.
@@ -33,7 +34,8 @@ def eliminate_identity(node: ir.Node) -> bool:
        outputs must be produced in that graph, and renaming ``x`` would rename the outer value.
 
     Uses of ``y`` inside subgraphs (a branch that captures ``y`` by name) are uses like any
-    other: case 1 rewires them too.
+    other: case 1 rewires them too. ``report``: a kept Identity is a near miss of the caller
+    (identity_elimination's own; other passes bypass Identities as cleanup).
     """
     if not is_onnx(node, "Identity") or len(node.inputs) != 1 or len(node.outputs) != 1:
         return False
@@ -41,8 +43,15 @@ def eliminate_identity(node: ir.Node) -> bool:
     if x is None or node.graph is None:
         return False
     if y.is_graph_output() and (x.is_graph_input() or x.is_initializer() or x.is_graph_output()):
+        if report:
+            nearmiss.note([node], node, f"it names the graph output '{y.name}' after a graph "
+                          f"{'input' if x.is_graph_input() else 'output' if x.is_graph_output() else 'initializer'} "
+                          f"'{x.name}': removing it would change the model's interface", rule="identity")
         return False  # Cases 3 and 4
     if y.is_graph_output() and not _produced_in(x, node.graph):
+        if report:
+            nearmiss.note([node], node, f"it hands the enclosing graph's value '{x.name}' out of a control-flow "
+                          "body; a body's outputs must be made inside it", rule="identity")
         return False  # Case 5
     if x.shape is None:
         x.shape = y.shape
@@ -74,4 +83,4 @@ for no computation.
     def transform(self, model: ir.Model) -> None:
         for g in graph_likes(model):
             for node in list(g):
-                eliminate_identity(node)
+                eliminate_identity(node, report=True)
