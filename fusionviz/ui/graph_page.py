@@ -27,6 +27,9 @@ Rules (the code points back to them):
 8. First screen first: a big drawing not laid out yet shows its first parts at once; the rest is
    laid out at the end of the run, and the pane asks for the whole drawing (a rerun), which
    replaces the first screen without moving the view.
+9. The panes keep their place in the page: whatever comes and goes between the bar and the panes
+   (banners, notes, the search row, a spinner) is drawn in one container, so Streamlit never
+   replaces the panes' frames (which would lose the view) when it appears or goes.
 """
 
 from __future__ import annotations
@@ -398,7 +401,7 @@ def _status_row(text: str, hits: dict[str, list[str]], notes: list[str], first_c
     if text:
         nb, na = len(hits.get("before", [])), len(hits.get("after", []))
         if nb or na:
-            cols[0].markdown(f"Search **{text}**: {nb:,} in before, {na:,} in after (cyan outline).",
+            cols[0].markdown(f"Search **{text}**: {nb:,} in before, {na:,} in after (teal outline).",
                              help="The match picked on the right is selected and centred in both panes.")
             picks = _picks(hits)
             pick = cols[1].selectbox(f"{len(picks)} match{'es' if len(picks) != 1 else ''}", list(picks),
@@ -666,15 +669,17 @@ def body() -> None:
     shown = {"selected": selection(links)[0] is not None, "match": any(hits.values()), "near_miss": bool(overlay)}
     _header(caption, getattr(diff, "counts", None), shown)
     view_box, export_box = _toolbar(result, collapse_on)
-    body_view.bar(*whole, opened, links, selection(links))
-    nearmiss_view.picker(result, near)
-    nearmiss_view.banner(near)
-    error_view.banner(errs, _set_focus)
+    above = st.container()  # rule 9: all that comes and goes above the panes, in one place
+    with above:
+        body_view.bar(*whole, opened, links, selection(links))
+        nearmiss_view.picker(result, near)
+        nearmiss_view.banner(near)
+        error_view.banner(errs, _set_focus)
 
     focus = st.session_state.get(state.FOCUS)
     if focus and not (links.has("before", focus) or links.has("after", focus)):
         # The link stays as it was given (rule 4); "Whole graph" clears it.
-        st.warning(f"No node `{focus}` in this model; showing the whole graph.")
+        above.warning(f"No node `{focus}` in this model; showing the whole graph.")
         focus = None
     rendered: dict[str, Rendered | None] = {}
     for side, model in (("before", before), ("after", after)):
@@ -687,18 +692,20 @@ def body() -> None:
         try:
             rendered[side] = _render(key, side, opts, model, diff)
         except errors.FusionvizError as exc:
-            st.error(f"{side.capitalize()}: {exc}")
+            above.error(f"{side.capitalize()}: {exc}")
             rendered[side] = None
 
     notes = sorted({r.note for r in rendered.values() if r is not None and r.note})
     first_change = next((k for k, s in (getattr(diff, "status_after", {}) or {}).items() if s != "unchanged"), None)
-    _status_row(text, hits, notes, first_change)
+    with above:
+        _status_row(text, hits, notes, first_change)
 
     sel, sel_side = selection(links)
     cp = links.counterpart(sel_side, sel) if sel and sel_side else None
     marks = _marks(rendered, cp, hits, diff)
 
-    _prepare_layouts(rendered)
+    with above:
+        _prepare_layouts(rendered)
     stacked = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("stacked"))
     panes = [st.container(), st.container()] if stacked else list(st.columns(2, gap="small"))
     pending: list[str] = []

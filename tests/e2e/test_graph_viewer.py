@@ -22,7 +22,13 @@ import pytest
 from conftest import assert_clean, fresh_server, screenshot, wait_idle
 from test_graph_daily import attr, pane
 
-from fusionviz.graphview.dot import HEAT_FILLS, HEAT_NAN, NEAR_MISS_BLOCKER, NEAR_MISS_MATCHED, STATUS_STYLE
+from fusionviz.graphview.dot import (
+    HEAT_FILLS,
+    HEAT_NAN,
+    NEAR_MISS_BLOCKER,
+    NEAR_MISS_MATCHED,
+    STATUS_STYLE,
+)
 from fusionviz.graphview.synthetic import transformer_with_nodes
 from fusionviz.ui.graph_component import MARKS
 
@@ -313,10 +319,20 @@ def test_search_selects_and_centres_the_match_in_both_panes(base, page):
     common = common_ids(page)
     target = common[int(len(common) * 0.8)]
     name = target[len("fv-n-"):]
+    for side in ("before", "after"):
+        pane(page, side).evaluate("() => { window.__kept = true; }")
     box = page.get_by_placeholder("Search: name or op type", exact=False)
     box.fill(name)
     box.press("Enter")
+    # centred in both panes by the viewers themselves, before the page's rerun comes back...
+    for side in ("before", "after"):
+        pane(page, side).wait_for_function("() => document.body.dataset.foundAt !== undefined", timeout=10_000)
+        at, st = on_screen(page, side, target), state(page, side)
+        assert abs(at["x"] - st["w"] / 2) < 3 and abs(at["y"] - st["h"] / 2) < 3, (side, at, st)
     wait_idle(page)
+    # ...in the same frames: the search row appearing above them does not replace them
+    for side in ("before", "after"):
+        assert pane(page, side).evaluate("() => window.__kept === true"), side
     after = pane(page, "after")
     after.wait_for_function("() => document.body.dataset.centred && document.body.dataset.centred.startsWith('search:')")
     before = pane(page, "before")
@@ -332,7 +348,7 @@ def test_search_selects_and_centres_the_match_in_both_panes(base, page):
         at, st = on_screen(page, side, ids[0]), state(page, side)
         assert abs(at["x"] - st["w"] / 2) < 60 and abs(at["y"] - st["h"] / 2) < 60, (side, at, st)
         assert st["k"] >= 0.75
-    page.get_by_text("in after (cyan outline)", exact=False).first.wait_for()
+    page.get_by_text("in after (teal outline)", exact=False).first.wait_for()
     assert_clean(page)
     screenshot(page, "viewer_search_centred")
 
