@@ -31,7 +31,7 @@ import onnx
 import streamlit as st
 
 from fusionviz import errors
-from fusionviz.ui import cache, state
+from fusionviz.ui import cache, common, state
 
 if TYPE_CHECKING:
     from fusionviz.graphview.bodies import Body
@@ -83,27 +83,14 @@ def set_body(path: str | None) -> None:
 
 def from_url() -> None:
     """A ``?body=`` the page has not seen yet (a link, an edited address) becomes the open body."""
-    try:
-        wanted = st.query_params.get(URL_PARAM)
-    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
-        return
-    if wanted and wanted != st.session_state.get(URL_SEEN):
-        st.session_state[URL_SEEN] = wanted
+    wanted = common.url_news(URL_PARAM, URL_SEEN)
+    if wanted:
         st.session_state[state.BODY] = wanted
 
 
 def to_url() -> None:
     """The URL says which body is open: ``body`` set to its path, or removed."""
-    path = current()
-    try:
-        have = st.query_params.get(URL_PARAM)
-        if path and have != path:
-            st.query_params[URL_PARAM] = path
-        elif not path and have is not None:
-            del st.query_params[URL_PARAM]
-    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
-        logger.debug("body not written to the URL", exc_info=True)
-    st.session_state[URL_SEEN] = path
+    common.to_url(URL_PARAM, current(), URL_SEEN)
 
 
 # ------------------------------------------------------------------ the pair (rules 2, 3)

@@ -130,6 +130,32 @@ def switch(name: str, **params: str | None) -> None:
     st.switch_page(PAGES[name], query_params={k: v[-1] if len(v) == 1 else v for k, v in query.items()})
 
 
+def url_news(param: str, seen_key: str) -> str | None:
+    """The ``?param=`` value when the page has not seen it yet (a link, an edited address), else
+    None; ``seen_key`` remembers the value last read or written (:func:`to_url`)."""
+    try:
+        wanted = st.query_params.get(param)
+    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
+        return None
+    if wanted and wanted != st.session_state.get(seen_key):
+        st.session_state[seen_key] = wanted
+        return wanted
+    return None
+
+
+def to_url(param: str, value: str | None, seen_key: str) -> None:
+    """The URL says what the page shows: ``param`` set to ``value``, or removed when it is None."""
+    try:
+        have = st.query_params.get(param)
+        if value and have != value:
+            st.query_params[param] = value
+        elif not value and have is not None:
+            del st.query_params[param]
+    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
+        logger.debug("%s not written to the URL", param, exc_info=True)
+    st.session_state[seen_key] = value
+
+
 def sidebar() -> None:
     """Current model (file or sample name only) and pass count; the tour is drawn by app.py."""
     loaded = state.model()

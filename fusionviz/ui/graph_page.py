@@ -268,28 +268,15 @@ def _search_selects(text: str, hits: dict[str, list[str]]) -> None:
 
 def _focus_from_url() -> None:
     """A ``?focus=`` the page has not seen yet (a link, an edited address) becomes the focus."""
-    try:
-        wanted = st.query_params.get(URL_PARAM)
-    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
-        return
-    if wanted and wanted != st.session_state.get(URL_FOCUS):
-        st.session_state[URL_FOCUS] = wanted
+    wanted = common.url_news(URL_PARAM, URL_FOCUS)
+    if wanted:
         st.session_state[state.FOCUS] = wanted
         _select(wanted, None)
 
 
 def _focus_to_url() -> None:
     """The URL says what the page shows: ``focus`` set to the focused node, or removed."""
-    focus = st.session_state.get(state.FOCUS)
-    try:
-        have = st.query_params.get(URL_PARAM)
-        if focus and have != focus:
-            st.query_params[URL_PARAM] = focus
-        elif not focus and have is not None:
-            del st.query_params[URL_PARAM]
-    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
-        logger.debug("focus not written to the URL", exc_info=True)
-    st.session_state[URL_FOCUS] = focus
+    common.to_url(URL_PARAM, st.session_state.get(state.FOCUS), URL_FOCUS)
 
 
 # ------------------------------------------------------------------ clicks (rule 6)

@@ -25,7 +25,7 @@ from typing import Any
 
 import streamlit as st
 
-from fusionviz.ui import state
+from fusionviz.ui import common, state
 
 logger = logging.getLogger(__name__)
 
@@ -99,28 +99,15 @@ def current(result: Any) -> Shown | None:
 
 def from_url() -> None:
     """A ``?nearmiss=`` the page has not seen yet becomes the near miss shown."""
-    try:
-        wanted = st.query_params.get(URL_PARAM)
-    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
-        return
-    if wanted and wanted != st.session_state.get(URL_SEEN):
-        st.session_state[URL_SEEN] = wanted
+    wanted = common.url_news(URL_PARAM, URL_SEEN)
+    if wanted:
         st.session_state[state.NEAR_MISS] = wanted
         st.session_state[FRESH] = True
 
 
 def to_url() -> None:
     """The URL says which near miss is drawn: ``nearmiss`` set, or removed."""
-    ident = st.session_state.get(state.NEAR_MISS)
-    try:
-        have = st.query_params.get(URL_PARAM)
-        if ident and have != ident:
-            st.query_params[URL_PARAM] = ident
-        elif not ident and have is not None:
-            del st.query_params[URL_PARAM]
-    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
-        logger.debug("near miss not written to the URL", exc_info=True)
-    st.session_state[URL_SEEN] = ident
+    common.to_url(URL_PARAM, st.session_state.get(state.NEAR_MISS), URL_SEEN)
 
 
 def label(s: Shown) -> str:
