@@ -55,16 +55,13 @@ def _clip_box(lo: ir.Value, hi: ir.Value, width: float, r: orp.MatchResult) -> o
     return r
 
 
-class _HardSigmoidOfShift(orp.RewriteRuleClassBase):
-    """Rule 1: ``clip(x + b, 0, d) / d`` (``divide``) or ``clip(x + b, 0, d) · k``."""
+class _ClipShift(orp.RewriteRuleClassBase):
+    """What rules 1 and 3 share: ``clip(x + b, 0, d)`` then a division by ``d`` (``divide``) or a
+    multiplication by ``1/d``; the width ``d`` and the offset ``b`` must be constant scalars."""
 
-    def __init__(self, divide: bool) -> None:
-        super().__init__(name=f"HardSigmoidShift{'Div' if divide else 'Mul'}")
+    def __init__(self, name: str, divide: bool) -> None:
+        super().__init__(name=f"{name}{'Div' if divide else 'Mul'}")
         self._divide = divide
-
-    def pattern(self, op, x, b, lo, hi, d):
-        clipped = op.Clip(op.Add(x, b), lo, hi)
-        return op.Div(clipped, d) if self._divide else op.Mul(clipped, d)
 
     def _width(self, d: ir.Value) -> float | None:
         v = scalar(d)
@@ -80,6 +77,17 @@ class _HardSigmoidOfShift(orp.RewriteRuleClassBase):
         if width is None or scalar(b) is None:
             return r.fail("The offset or the divisor is not a positive constant scalar.")
         return _clip_box(lo, hi, width, r)
+
+
+class _HardSigmoidOfShift(_ClipShift):
+    """Rule 1: ``clip(x + b, 0, d) / d`` (``divide``) or ``clip(x + b, 0, d) · k``."""
+
+    def __init__(self, divide: bool) -> None:
+        super().__init__("HardSigmoidShift", divide)
+
+    def pattern(self, op, x, b, lo, hi, d):
+        clipped = op.Clip(op.Add(x, b), lo, hi)
+        return op.Div(clipped, d) if self._divide else op.Mul(clipped, d)
 
     def rewrite(self, op, x, b, lo, hi, d):
         width = self._width(d)
@@ -115,32 +123,16 @@ class _HardSigmoidOfAffine(orp.RewriteRuleClassBase):
         return op.HardSigmoid(x, alpha=self._slope(a), beta=scalar(b))
 
 
-class _HardSwishChain(orp.RewriteRuleClassBase):
+class _HardSwishChain(_ClipShift):
     """Rule 3: ``x·clip(x + b, 0, d) / d`` (``divide``) or ``x·clip(x + b, 0, d) · (1/d)``."""
 
     def __init__(self, divide: bool, native: bool) -> None:
-        super().__init__(name=f"HardSwishChain{'Div' if divide else 'Mul'}")
-        self._divide = divide
+        super().__init__("HardSwishChain", divide)
         self._native = native
 
     def pattern(self, op, x, b, lo, hi, d):
         product = op.Mul(x, op.Clip(op.Add(x, b), lo, hi))
         return op.Div(product, d) if self._divide else op.Mul(product, d)
-
-    def _width(self, d: ir.Value) -> float | None:
-        v = scalar(d)
-        if v is None or v <= 0:
-            return None
-        return v if self._divide else 1.0 / v
-
-    def check(self, context, x, b, lo, hi, d) -> orp.MatchResult:
-        r = _float_input(x, orp.MatchResult())
-        if not r:
-            return r
-        width = self._width(d)
-        if width is None or scalar(b) is None:
-            return r.fail("The offset or the divisor is not a positive constant scalar.")
-        return _clip_box(lo, hi, width, r)
 
     def rewrite(self, op, x, b, lo, hi, d):
         width, shift = self._width(d), scalar(b)
