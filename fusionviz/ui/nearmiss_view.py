@@ -163,8 +163,8 @@ def banner(shown: Shown | None) -> None:
     near = shown.near
     where = f" at **`{near.blocker}`**" if near.blocker else ""
     text = f"**Near miss of {shown.title}** (`{shown.pass_name}`){where}: {near.reason}."
-    if near.hint:
-        text += f" **What would make it fire:** {near.hint}."
+    if near.hint:  # no kernel: nothing here makes it fire; the hint says where it is fused
+        text += f" **{'Elsewhere' if near.kind == 'no_kernel' else 'What would make it fire'}:** {near.hint}."
     if near.nodes:
         text += f" Matched so far: {', '.join(f'`{n}`' for n in near.nodes)}."
     cols = st.columns([12, 2], vertical_alignment="center")
