@@ -1,0 +1,647 @@
+"""Big models: fusionviz's memory and time on today's transformers, beside the other optimizers.
+
+Models (made once, cached under ``~/.cache/fusionviz/big/<name>/``, random weights, nothing
+downloaded):
+
+=============  =======================================================  ==========================
+name           what                                                     needs
+=============  =======================================================  ==========================
+gpt2           transformers ``GPT2Config()`` (124 M params), one file   torch + transformers
+vit            transformers ``ViTConfig()`` (ViT-base, 86 M), one file  torch + transformers
+gpt2_medium    GPT-2-medium config (355 M), one file                    torch + transformers
+qwen2          a Qwen2-style decoder (~630 M: hidden 896, 24 layers,    torch + transformers
+               GQA 14/2 heads, untied 151,936-token head), > 2 GB of
+               external data
+synthetic      MatMul+Add+Relu layers of 4096×4096 float32 weights,     numpy only
+               > 2 GB of external data, written to disk streaming
+=============  =======================================================  ==========================
+
+The torch models are exported with torch's dynamo exporter (``torch.onnx.export(...,
+dynamo=True)``), one at a time, each in its own process (an export of the 630 M model needs
+several GB). torch and transformers are dev-only tools, never a dependency of fusionviz::
+
+    .venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+    .venv/bin/pip install transformers
+
+Without them those models are skipped (said once) and the synthetic model still runs.
+
+Per model, each command in its own process, interleaved (a fusionviz command, then another
+tool, ...): fusionviz ``info``, onnxslim, fusionviz ``optimize --all`` (with verification),
+onnxsim (when installed), fusionviz ``optimize --all --no-verify``, onnxscript's optimizer
+(``onnxscript.optimizer.optimize`` on an onnx-ir model), fusionviz ``render --collapse`` (SVG)
+and onnxruntime's offline optimizer (``SessionOptions.optimized_model_filepath`` at level all;
+external data for a > 2 GB model). Each row: exit code, wall time, peak RSS of the process tree,
+node count before -> after and, for every command that writes a model, a check of the written
+file in a separate process (not measured): ``valid`` (``onnx.checker`` on the path), ``equal``
+(both models run in onnxruntime, optimizations off, one after the other, on fusionviz's input
+sets, judged by ``fusionviz.verify.judge``: the same verdict ``optimize`` gives) and ``reopen``
+(``python -m fusionviz info`` on it with default settings exits 0).
+
+Peak RSS: the process tree (the command and every process it starts) is polled with psutil every
+20 ms and the RSS of its processes summed; the figure is the larger of that peak and the
+largest single process's ``ru_maxrss`` (``wait4``; catches a spike between two polls). Summed
+RSS counts a page shared by two processes (a memory-mapped weight file) twice. A tree that passes
+``--max-rss-gb`` is killed (the row says so), to keep a shared machine alive.
+
+Goals (GB = 2**30 bytes; B = the model's bytes on disk, external data included):
+
+* ``optimize`` (verified): peak RSS ≤ 2·B + 1 GB;
+* ``info`` and ``render``: ≤ 0.5·B + 0.5 GB when the weights are external data, ≤ 1.2·B + 0.5 GB
+  for a one-file model;
+* ``optimize --no-verify`` no slower than onnxslim on the same model; ``info`` ≤ 5 s;
+* every fusionviz command exits 0; a written model is valid, equal and reopens.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_big.py [--models gpt2,synthetic] [--json OUT.json]
+        [--make-only] [--max-rss-gb 16] [--timeout 1800]
+
+Prints one line per command as it finishes, then the table and the goals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CACHE = Path(os.environ.get("FUSIONVIZ_BIG_DIR", "") or Path.home() / ".cache" / "fusionviz" / "big")
+GB = 2**30
+POLL_S = 0.02
+SYNTHETIC_BYTES = int(2.25 * GB)  # over protobuf's 2 GB with room to spare
+SYNTHETIC_DIM = 4096
+
+MODELS = ("gpt2", "vit", "gpt2_medium", "qwen2", "synthetic")
+TORCH_MODELS = ("gpt2", "vit", "gpt2_medium", "qwen2")
+EXTERNAL = {"qwen2", "synthetic"}  # written with external data
+
+# (tool, label) in the interleaved order: a fusionviz command, then another tool, ...
+COMMANDS = (
+    ("fv_info", "fusionviz info"),
+    ("onnxslim", "onnxslim"),
+    ("fv_optimize", "fusionviz optimize --all"),
+    ("onnxsim", "onnxsim"),
+    ("fv_optimize_nv", "fusionviz optimize --all --no-verify"),
+    ("onnxscript", "onnxscript optimizer"),
+    ("fv_render", "fusionviz render --collapse"),
+    ("ort", "onnxruntime offline (level all)"),
+)
+WRITES_MODEL = {"onnxslim", "fv_optimize", "onnxsim", "fv_optimize_nv", "onnxscript", "ort"}
+FUSIONVIZ = {"fv_info", "fv_optimize", "fv_optimize_nv", "fv_render"}
+
+
+# --------------------------------------------------------------------------- models
+
+
+def model_path(name: str, cache: Path = CACHE) -> Path:
+    """Where model ``name`` lives in the cache."""
+    return cache / name / f"{name}.onnx"
+
+
+def model_bytes(path: Path) -> int:
+    """Bytes of a model on disk: the .onnx file and every file beside it (its external data)."""
+    return sum(p.stat().st_size for p in path.parent.iterdir() if p.is_file())
+
+
+def has_torch() -> bool:
+    """torch and transformers importable (checked without importing them)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+
+
+def write_synthetic(path: Path, total_bytes: int = SYNTHETIC_BYTES, dim: int = SYNTHETIC_DIM,
+                    seed: int = 0) -> Path:
+    """A chain of ``MatMul(x, W_i) -> Add(b_i) -> Relu`` with float32 weights of ``dim × dim``
+    whose sum is at least ``total_bytes``, all in one external data file ``<path>.data``.
+
+    The weights are written one at a time (peak memory: one weight), seeded, scaled so that the
+    activations keep their size through the layers. Input ``x`` is ``[batch, seq, dim]`` with
+    both dims free. Returns ``path``.
+    """
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data_name = path.name + ".data"
+    per = dim * dim * 4
+    layers = max(1, math.ceil(total_bytes / per))
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    prev = "x"
+    offset = 0
+    tmp_data = path.with_name(data_name + ".part")
+    with open(tmp_data, "wb") as f:
+        for i in range(layers):
+            for tname, shape, scale in ((f"w{i}", (dim, dim), math.sqrt(2.0 / dim)), (f"b{i}", (dim,), 0.01)):
+                arr = (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale))
+                raw = arr.tobytes()
+                f.write(raw)
+                t = TensorProto(name=tname, data_type=TensorProto.FLOAT, dims=list(shape),
+                                data_location=TensorProto.EXTERNAL)
+                for k, v in (("location", data_name), ("offset", str(offset)), ("length", str(len(raw)))):
+                    e = t.external_data.add()
+                    e.key, e.value = k, v
+                offset += len(raw)
+                pad = (-offset) % 4096  # page-aligned starts: the weights can be memory-mapped
+                f.write(b"\0" * pad)
+                offset += pad
+                inits.append(t)
+                del arr, raw
+            nodes += [
+                helper.make_node("MatMul", [prev, f"w{i}"], [f"mm{i}"], name=f"layer{i}/MatMul"),
+                helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"add{i}"], name=f"layer{i}/Add"),
+                helper.make_node("Relu", [f"add{i}"], [f"h{i}"], name=f"layer{i}/Relu"),
+            ]
+            prev = f"h{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out/Identity"))
+    graph = helper.make_graph(
+        nodes, "synthetic_big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", dim])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", dim])],
+        initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="fusionviz bench_big")
+    model.ir_version = 8
+    os.replace(tmp_data, path.with_name(data_name))
+    onnx.save(model, path)  # the graph only: every initializer is already external
+    return path
+
+
+_EXPORT = r'''
+import sys, time, torch, transformers
+name, out = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+if name == "vit":
+    m = transformers.ViTModel(transformers.ViTConfig()).eval()
+    args = (torch.randn(1, 3, 224, 224),)
+    kw = dict(input_names=["pixel_values"], output_names=["last_hidden_state", "pooler_output"])
+else:
+    if name == "gpt2":
+        cfg = transformers.GPT2Config()
+        cls = transformers.GPT2LMHeadModel
+    elif name == "gpt2_medium":
+        cfg = transformers.GPT2Config(n_embd=1024, n_layer=24, n_head=16)
+        cls = transformers.GPT2LMHeadModel
+    else:
+        cfg = transformers.Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                                       num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                                       max_position_embeddings=4096, tie_word_embeddings=False)
+        cls = transformers.Qwen2ForCausalLM
+    cfg.use_cache = False
+    m = cls(cfg).eval()
+    args = (torch.randint(0, cfg.vocab_size, (1, 32)),)
+    kw = dict(input_names=["input_ids"], output_names=["logits"],
+              dynamic_shapes=({1: torch.export.Dim("seq", max=1024)},))
+print(f"{name}: {sum(p.numel() for p in m.parameters()) / 1e6:.0f} M parameters", flush=True)
+t = time.time()
+with torch.no_grad():
+    torch.onnx.export(m, args, out, dynamo=True, external_data=sys.argv[3] == "1", **kw)
+print(f"{name}: exported in {time.time() - t:.0f} s", flush=True)
+'''
+
+
+def make_model(name: str, cache: Path = CACHE) -> Path | None:
+    """The cached model ``name``, made when missing; None when it needs torch and torch is absent."""
+    path = model_path(name, cache)
+    if path.exists() and (path.parent / ".done").exists():
+        return path
+    if path.parent.exists():
+        shutil.rmtree(path.parent)  # a half-made model (an interrupted export)
+    if name == "synthetic":
+        write_synthetic(path)
+    elif name in TORCH_MODELS:
+        if not has_torch():
+            return None
+        path.parent.mkdir(parents=True)
+        print(f"exporting {name} (torch dynamo, one process) ...", flush=True)
+        subprocess.run([sys.executable, "-c", _EXPORT, name, str(path), "1" if name in EXTERNAL else "0"],
+                       check=True, cwd=path.parent)
+    else:
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    (path.parent / ".done").write_text("")
+    return path
+
+
+# --------------------------------------------------------------------------- running one command
+
+
+def command(tool: str, model: Path, out_dir: Path, *, external: bool) -> tuple[list[str], Path | None]:
+    """The argv that runs ``tool`` on ``model`` and the model file it writes (None: none)."""
+    py = sys.executable
+    me = str(Path(__file__).resolve())
+    out = out_dir / f"{tool}.onnx"
+    ext = ["--save-as-external-data"] if external else []
+    if tool == "fv_info":
+        return [py, "-m", "fusionviz", "info", str(model)], None
+    if tool == "fv_optimize":
+        return [py, "-m", "fusionviz", "optimize", str(model), "--all", "-o", str(out)], out
+    if tool == "fv_optimize_nv":
+        return [py, "-m", "fusionviz", "optimize", str(model), "--all", "--no-verify", "-o", str(out)], out
+    if tool == "fv_render":
+        return [py, "-m", "fusionviz", "render", str(model), "--collapse", "-o", str(out_dir / "render.svg")], None
+    if tool == "onnxslim":
+        return [str(Path(py).with_name("onnxslim")), str(model), str(out), *ext], out
+    if tool == "onnxsim":
+        return [str(Path(py).with_name("onnxsim")), str(model), str(out), *ext], out
+    if tool in ("onnxscript", "ort"):
+        return [py, me, "--tool", tool, str(model), str(out)] + (["--external"] if external else []), out
+    raise ValueError(f"unknown tool {tool!r}")
+
+
+def tool_available(tool: str) -> bool:
+    """Whether ``tool`` can run here (onnxsim and onnxslim are optional)."""
+    if tool in ("onnxslim", "onnxsim"):
+        return Path(sys.executable).with_name(tool).exists()
+    return True
+
+
+def run_tool(tool: str, src: str, out: str, external: bool) -> None:
+    """Body of ``--tool``: onnxscript's optimizer or onnxruntime's offline optimizer, in this process."""
+    if tool == "onnxscript":
+        import onnx_ir as ir
+        import onnxscript.optimizer
+
+        model = ir.load(src)
+        onnxscript.optimizer.optimize(model)
+        if external:
+            ir.save(model, out, external_data=Path(out).name + ".data")
+        else:
+            ir.save(model, out)
+    elif tool == "ort":
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.optimized_model_filepath = out
+        if external:
+            so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                        Path(out).name + ".data")
+            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+    else:
+        raise ValueError(f"unknown tool {tool!r}")
+
+
+@dataclasses.dataclass
+class Measured:
+    """One process tree's run: exit code (None: killed), wall seconds, peak RSS bytes, stderr tail."""
+
+    rc: int | None
+    wall_s: float
+    peak_rss: int
+    err: str = ""
+    killed: str = ""
+
+
+def measure(argv: Sequence[str], *, max_rss: int, timeout_s: float, env: dict | None = None) -> Measured:
+    """Run ``argv`` and follow its process tree (psutil polling + ``wait4``'s ru_maxrss)."""
+    import psutil
+
+    err_file = tempfile.TemporaryFile()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=err_file, cwd=ROOT,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    root = psutil.Process(proc.pid)
+    peak = 0
+    killed = ""
+    status = None
+    usage = None
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        total = 0
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = []
+        for p in tree:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        peak = max(peak, total)
+        if not killed and total > max_rss:
+            killed = f"killed: process tree over {max_rss / GB:.1f} GB (--max-rss-gb)"
+        elif not killed and time.perf_counter() - t0 > timeout_s:
+            killed = f"killed: over {timeout_s:.0f} s (--timeout)"
+        if killed:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+        time.sleep(POLL_S)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    try:  # what is left of the group (a grandchild that outlived its parent)
+        os.killpg(proc.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+    peak = max(peak, usage.ru_maxrss * 1024)
+    err_file.seek(0)
+    tail = err_file.read()[-4000:].decode("utf-8", "replace").strip()
+    err_file.close()
+    last = tail.splitlines()[-1] if tail else ""
+    return Measured(None if killed else proc.returncode, wall, peak, last[:300], killed)
+
+
+# --------------------------------------------------------------------------- checking a written model
+
+
+def check_written(original: str, written: str) -> dict:
+    """Body of ``--check``: is ``written`` valid, equal to ``original`` and reopened by fusionviz?
+
+    Runs the two models one after the other (one session alive at a time), optimizations off,
+    on fusionviz's input sets for the original, and judges each set with ``fusionviz.verify.judge``.
+    """
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from fusionviz import model_io, verify
+    from fusionviz.inputs import InputSpec, plan_inputs
+
+    out: dict = {"valid": None, "equal": None, "reopen": None, "nodes_after": None, "why": ""}
+    try:
+        onnx.checker.check_model(written)
+        out["valid"] = True
+    except Exception as exc:  # noqa: BLE001 - reported, the benchmark goes on
+        out["valid"] = False
+        out["why"] = f"checker: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
+    graph = onnx.load(written, load_external_data=False)
+    out["nodes_after"] = model_io.count_nodes(graph)
+    del graph
+    r = subprocess.run([sys.executable, "-m", "fusionviz", "info", written], capture_output=True, text=True,
+                       cwd=ROOT)
+    out["reopen"] = r.returncode == 0
+    if r.returncode:
+        out["why"] = out["why"] or f"info exit {r.returncode}: {r.stderr.strip()[-200:]}"
+    try:
+        plan = plan_inputs(onnx.load(original, load_external_data=False), InputSpec())
+        sets = plan.input_sets()
+
+        def run_all(path: str) -> list:
+            so = ort.SessionOptions()
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            names = [o.name for o in sess.get_outputs()]
+            res = []
+            for _, feeds in sets:
+                try:
+                    res.append(dict(zip(names, sess.run(None, dict(feeds)), strict=True)))
+                except Exception as exc:  # noqa: BLE001 - this set does not run
+                    res.append(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+            return res
+
+        ref = run_all(original)
+        got = run_all(written)
+        equal = True
+        for (label, _), a, b in zip(sets, ref, got, strict=True):
+            if isinstance(a, str):
+                continue
+            if isinstance(b, str):
+                equal, out["why"] = False, out["why"] or f"{label}: written model fails: {b}"
+                break
+            diffs, missing = verify.judge(a, b, input_set=label)
+            if missing or not all(d.ok for d in diffs):
+                bad = next((d for d in diffs if not d.ok), None)
+                equal = False
+                out["why"] = out["why"] or (missing or f"{label}: {bad.name} differs "
+                                            f"(max abs {float(np.float64(bad.max_abs_diff)):.3g})")
+                break
+        out["equal"] = equal
+    except Exception as exc:  # noqa: BLE001 - reported, the benchmark goes on
+        out["equal"] = False
+        out["why"] = out["why"] or f"compare: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
+    return out
+
+
+def nodes_of(path: Path) -> int:
+    """Node count of a model file (subgraphs included), read without its weights."""
+    import onnx
+
+    from fusionviz import model_io
+
+    return model_io.count_nodes(onnx.load(str(path), load_external_data=False))
+
+
+# --------------------------------------------------------------------------- table and goals
+
+
+def goal_limits(model_size: int, external: bool) -> dict[str, int]:
+    """Peak RSS ceilings (bytes) per fusionviz command for a model of ``model_size`` bytes."""
+    light = 0.5 if external else 1.2
+    return {
+        "fv_optimize": int(2 * model_size + 1 * GB),
+        "fv_info": int(light * model_size + 0.5 * GB),
+        "fv_render": int(light * model_size + 0.5 * GB),
+    }
+
+
+INFO_MAX_S = 5.0
+
+
+def judge_goals(rows: Sequence[dict], model_size: int, external: bool) -> dict[str, bool | None]:
+    """Goal -> met (True), missed (False) or not measurable (None: a command or onnxslim did not run).
+
+    ``rows`` are one model's rows (``tool``, ``rc``, ``wall_s``, ``peak_rss`` and for model writers
+    ``valid``/``equal``/``reopen``).
+    """
+    by = {r["tool"]: r for r in rows}
+    limits = goal_limits(model_size, external)
+    goals: dict[str, bool | None] = {}
+
+    def ran(tool: str) -> dict | None:
+        return by.get(tool)
+
+    for tool, key in (("fv_optimize", "rss optimize"), ("fv_info", "rss info"), ("fv_render", "rss render")):
+        r = ran(tool)
+        goals[key] = None if r is None else (r["rc"] == 0 and r["peak_rss"] <= limits[tool])
+    info = ran("fv_info")
+    goals["info time"] = None if info is None else (info["rc"] == 0 and info["wall_s"] <= INFO_MAX_S)
+    nv, slim = ran("fv_optimize_nv"), ran("onnxslim")
+    if nv is None:
+        goals["no-verify vs onnxslim"] = None
+    elif nv["rc"] != 0:
+        goals["no-verify vs onnxslim"] = False
+    elif slim is None or slim["rc"] != 0:
+        goals["no-verify vs onnxslim"] = None
+    else:
+        goals["no-verify vs onnxslim"] = nv["wall_s"] <= slim["wall_s"]
+    fv = [ran(t) for t in FUSIONVIZ if ran(t) is not None]
+    goals["exit 0"] = None if not fv else all(r["rc"] == 0 for r in fv)
+    written = [ran(t) for t in ("fv_optimize", "fv_optimize_nv") if ran(t) is not None]
+    if not written:
+        goals["output valid+equal+reopens"] = None
+    else:
+        goals["output valid+equal+reopens"] = all(
+            r["rc"] == 0 and r.get("valid") is True and r.get("equal") is True and r.get("reopen") is True
+            for r in written)
+    return goals
+
+
+def _mark(v: bool | None) -> str:
+    return "n/a" if v is None else ("yes" if v else "NO")
+
+
+def _gb(n: int | None) -> str:
+    return "-" if n is None else f"{n / GB:.2f}"
+
+
+def table_rows(rows: Iterable[dict]) -> list[list[str]]:
+    """The printed table's cells: one list per measured command."""
+    label = dict(COMMANDS)
+    out = []
+    for r in rows:
+        status = "ok" if r["rc"] == 0 else (r.get("killed") or f"exit {r['rc']}")
+        after = r.get("nodes_after")
+        nodes = f"{r['nodes_before']:,}" + (f" -> {after:,}" if after is not None else "")
+        out.append([r["model"], label.get(r["tool"], r["tool"]), status, f"{r['wall_s']:.1f}", _gb(r["peak_rss"]),
+                    nodes, _mark(r.get("valid")) if r["tool"] in WRITES_MODEL else "",
+                    _mark(r.get("equal")) if r["tool"] in WRITES_MODEL else "",
+                    _mark(r.get("reopen")) if r["tool"] in WRITES_MODEL else "",
+                    (r.get("err") or r.get("why") or "")[:90] if (r["rc"] != 0 or r.get("why")) else ""])
+    return out
+
+
+HEADER = ["model", "command", "status", "wall s", "peak GB", "nodes", "valid", "equal", "reopen", "note"]
+
+
+def format_table(cells: Sequence[Sequence[str]], header: Sequence[str] = HEADER) -> str:
+    """Markdown table (pipes), columns padded."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *cells, strict=False)]
+    lines = ["| " + " | ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in cells]
+    return "\n".join(lines)
+
+
+def goals_table(per_model: dict[str, dict]) -> str:
+    """One row per model: size, kind, and each goal's mark."""
+    names = list(next(iter(per_model.values()))["goals"]) if per_model else []
+    cells = [[m, f"{v['bytes'] / GB:.2f} GB", "external" if v["external"] else "one file",
+              *(_mark(v["goals"][g]) for g in names)] for m, v in per_model.items()]
+    return format_table(cells, ["model", "size", "weights", *names])
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _parse_models(text: str) -> list[str]:
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in names if m not in MODELS]
+    if bad:
+        raise SystemExit(f"bench_big: unknown model {', '.join(bad)}; choose from {', '.join(MODELS)}")
+    return names
+
+
+def bench_model(name: str, path: Path, *, max_rss: int, timeout_s: float, log: Callable[[str], None]) -> dict:
+    """Every command on one model, in the interleaved order; returns its rows and goals."""
+    size = model_bytes(path)
+    external = name in EXTERNAL
+    before = nodes_of(path)
+    rows = []
+    for tool, label in COMMANDS:
+        if not tool_available(tool):
+            log(f"  {label}: not installed, skipped")
+            continue
+        out_dir = Path(tempfile.mkdtemp(prefix=f"{name}_{tool}_", dir=CACHE))
+        try:
+            argv, written = command(tool, path, out_dir, external=external)
+            m = measure(argv, max_rss=max_rss, timeout_s=timeout_s)
+            row = {"model": name, "tool": tool, "rc": m.rc, "wall_s": round(m.wall_s, 2), "peak_rss": m.peak_rss,
+                   "err": m.err, "killed": m.killed, "nodes_before": before, "nodes_after": None}
+            if written is not None and m.rc == 0 and written.exists():
+                r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--check", str(path),
+                                    str(written)], capture_output=True, text=True, cwd=ROOT)
+                try:
+                    row.update(json.loads(r.stdout.strip().splitlines()[-1]))
+                except (json.JSONDecodeError, IndexError):
+                    row.update(valid=False, equal=False, reopen=False,
+                               why=f"check crashed: {r.stderr.strip()[-200:]}")
+            elif written is not None:
+                row.update(valid=None, equal=None, reopen=None)
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        rows.append(row)
+        log(f"  {label}: {'ok' if m.rc == 0 else m.killed or f'exit {m.rc}'}  {m.wall_s:.1f} s  "
+            f"{m.peak_rss / GB:.2f} GB" + (f"  {m.err}" if m.rc != 0 and m.err else "")
+            + (f"  [{row.get('why')}]" if row.get("why") else ""))
+    return {"bytes": size, "external": external, "nodes": before, "rows": rows,
+            "goals": judge_goals(rows, size, external)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
+    ap.add_argument("--json", metavar="OUT", help="write every row and goal as JSON")
+    ap.add_argument("--make-only", action="store_true", help="make (cache) the models and stop")
+    ap.add_argument("--max-rss-gb", type=float, default=16.0,
+                    help="kill a command whose process tree passes this (default 16)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per command (default 1800)")
+    ap.add_argument("--check", nargs=2, metavar=("ORIGINAL", "WRITTEN"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.check:
+        print(json.dumps(check_written(*args.check)))
+        return 0
+    models = _parse_models(args.models)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    skipped_torch = False
+    for name in models:
+        p = make_model(name)
+        if p is None:
+            skipped_torch = True
+            continue
+        paths[name] = p
+    if skipped_torch:
+        print("torch/transformers not installed: skipping " + ", ".join(m for m in models if m in TORCH_MODELS)
+              + " (see this script's docstring to install them)")
+    if args.make_only:
+        for n, p in paths.items():
+            print(f"{n}: {p} ({model_bytes(p) / GB:.2f} GB, {nodes_of(p):,} nodes)")
+        return 0
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    results: dict[str, dict] = {}
+    for name, p in paths.items():
+        print(f"{name}: {model_bytes(p) / GB:.2f} GB, {nodes_of(p):,} nodes", flush=True)
+        results[name] = bench_model(name, p, max_rss=int(args.max_rss_gb * GB), timeout_s=args.timeout,
+                                    log=lambda s: print(s, flush=True))
+    rows = [r for v in results.values() for r in v["rows"]]
+    print(f"\nfusionviz at {commit}; peak RSS: process tree, psutil every {POLL_S * 1000:.0f} ms "
+          "(and wait4 ru_maxrss); GB = 2**30 bytes\n")
+    print(format_table(table_rows(rows)))
+    if results:
+        print("\nGoals (yes / NO / n/a):\n")
+        print(goals_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"commit": commit, "models": results}, indent=1))
+    return 0
+
+
+def _tool_main(argv: Sequence[str]) -> int:
+    """``bench_big.py --tool NAME SRC OUT [--external]``: run one other optimizer in this process."""
+    tool, src, out = argv[1], argv[2], argv[3]
+    run_tool(tool, src, out, external="--external" in argv[4:])
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--tool":
+        sys.exit(_tool_main(sys.argv[1:]))
+    sys.exit(main())
