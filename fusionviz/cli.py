@@ -23,6 +23,7 @@ COMMANDS = (
     "diff",
     "compare",
     "explain",
+    "bisect",
     "bench",
     "tune",
     "sweep",
