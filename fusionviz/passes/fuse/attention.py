@@ -129,12 +129,17 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
             if bias_input is not None:
                 inputs += [None, bias_input]
             attn = ir.node("Attention", inputs, attrs, domain=MS_DOMAIN, name="")
-            out = info["out"]
+            out, flat = info["out"], info["flat_reshape"]
             model.graph.insert_before(latest(model, m.nodes), attn)
-            attn.outputs[0].name = namer(f"{out.name}_attn")
-            attn.outputs[0].shape = out.shape
-            attn.outputs[0].type = out.type
-            replace_value(out, attn.outputs[0], namer)
+            if out is not None:
+                attn.outputs[0].name = namer(f"{out.name}_attn")
+                attn.outputs[0].shape = out.shape
+                attn.outputs[0].type = out.type
+                replace_value(out, attn.outputs[0], namer)
+            else:  # the context's own Reshape to (B·S, hidden) now reads the (B, S, hidden) output
+                attn.outputs[0].name = namer(f"{flat.inputs[0].name}_attn")
+                attn.outputs[0].type = flat.inputs[0].type
+                flat.replace_input_with(0, attn.outputs[0])
             for p in projs:
                 consumed.extend(p.weight_values)
             for n in reversed(in_graph_order(model, m.nodes)):

@@ -52,11 +52,13 @@ from fusionviz.passes.hygiene import Namer
 
 
 def _reshape_heads(node: ir.Node) -> tuple[int, int]:
-    """(num_heads, head_size) from a Reshape to (B, S, N, H): constant or Concat(..., N, H)."""
+    """(num_heads, head_size) from a Reshape to (B, S, N, H): constant or Concat(..., N, H).
+    ``num_heads`` is -1 for a target that leaves it to the reshape (``(1, 197, -1, 64)``, as
+    torch writes ViT's); the projection width then gives it."""
     shape = const_value(node.inputs[1])
     if shape is not None:
         shape = shape.reshape(-1)
-        if shape.size == 4 and shape[2] > 0 and shape[3] > 0:
+        if shape.size == 4 and shape[3] > 0 and (shape[2] > 0 or (shape[2] == -1 and -1 not in shape[:2])):
             return int(shape[2]), int(shape[3])
         raise Reject(f"head reshape target {shape.tolist()} is not (B, S, N, H)")
     cat = produced_by(node.inputs[1], "Concat")
@@ -110,6 +112,92 @@ class Projection:
             raise Reject(f"{what} bias length {self.bias.shape[0]} != weight columns {w.shape[1]}")
 
 
+class SplitProjection:
+    """One of Q, K, V cut from a packed projection (rule 4): its columns of the packed weight."""
+
+    def __init__(self, x: ir.Value, w: np.ndarray, bias: np.ndarray | None, nodes: list[ir.Node],
+                 weight_values: list[ir.Value]) -> None:
+        self.x, self.w, self.bias, self.nodes, self.weight_values = x, w, bias, nodes, weight_values
+
+
+def _split_sizes(split: ir.Node) -> list[int] | None:
+    """The output sizes of a Split with constant sizes or ``num_outputs`` (None: unknown)."""
+    if len(split.inputs) > 1 and split.inputs[1] is not None:
+        c = const_value(split.inputs[1])
+        return None if c is None else [int(x) for x in c.reshape(-1)]
+    width = split.inputs[0].shape[-1] if split.inputs[0].shape is not None else None
+    n = len(split.outputs)
+    if isinstance(width, int) and width % n == 0:
+        return [width // n] * n
+    return None
+
+
+def packed_projections(values: list[ir.Value]) -> list[SplitProjection] | None:
+    """Rule 4: Q, K, V as the three outputs (in that order) of
+    ``Split(Reshape(Gemm(Reshape(x, (-1, hidden)), W, b), (B, S, 3·hidden)), axis=-1)`` — GPT-2's
+    ``c_attn`` as torch's dynamo exporter writes it. None when the values are not a Split's."""
+    split = values[0].producer()
+    if split is None or split.op_type != "Split" or split.domain != "":
+        return None
+    if [v.producer() for v in values] != [split] * 3 or list(split.outputs) != values:
+        raise Reject("Q, K and V are not the outputs 0, 1, 2 of one Split", split)
+    axis = split.attributes.get("axis")
+    rank = len(split.inputs[0].shape) if split.inputs[0].shape is not None else 3
+    if (axis.value if axis is not None else 0) not in (-1, rank - 1):
+        raise Reject("the packed projection is not split along its last axis", split)
+    if any(not single_use(v) for v in values):
+        raise Reject("a Split output of the packed projection is read outside the pattern", split, kind="other_uses")
+    sizes = _split_sizes(split)
+    if sizes is None or len(set(sizes)) != 1:
+        raise Reject(f"the packed projection's split sizes {sizes} are not three equal parts", split)
+    r_out = need(split.inputs[0], "Reshape", "packed projection (back to (B, S, 3·hidden))")
+    gemm = need(r_out.inputs[0], "Gemm", "packed projection")
+    r_in = need(gemm.inputs[0], "Reshape", "packed projection input (to (B·S, hidden))")
+    for v, n in ((split.inputs[0], split), (r_out.inputs[0], r_out), (gemm.inputs[0], gemm)):
+        if not single_use(v):
+            raise other_uses(v, "packed projection", n)
+    attrs = {k: a.value for k, a in gemm.attributes.items()}
+    if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
+        raise Reject("the packed projection's Gemm transposes A or scales (alpha/beta)", gemm)
+    w = const_value(gemm.inputs[1])
+    if w is None or w.ndim != 2 or w.dtype != np.float32:
+        raise Reject("the packed projection weight is not a 2-D float32 constant", gemm)
+    if attrs.get("transB", 0):
+        w = w.T
+    bias = None
+    if len(gemm.inputs) > 2 and gemm.inputs[2] is not None:
+        bias = const_value(gemm.inputs[2])
+        if bias is None or bias.ndim != 1 or bias.shape[0] != w.shape[1]:
+            raise Reject("the packed projection bias is not a 1-D constant over its columns", gemm)
+    x = r_in.inputs[0]
+    hidden, width = w.shape
+    xs = x.shape
+    t_in, t_out = const_value(r_in.inputs[1]), const_value(r_out.inputs[1])
+    if xs is None or len(xs) != 3 or xs[2] != hidden:
+        raise Reject(f"the packed projection's input is not (B, S, {hidden})", r_in)
+    if t_in is None or t_in.reshape(-1).tolist() != [-1, hidden]:
+        raise Reject("the packed projection's input reshape is not to (-1, hidden)", r_in)
+    if t_out is None or not _restores(t_out.reshape(-1).tolist(), list(xs.dims), width):
+        raise Reject("the packed projection's output reshape does not restore (B, S, 3·hidden)", r_out)
+    if sum(sizes) != width:
+        raise Reject(f"split sizes {sizes} do not cover the packed width {width}", split)
+    part = sizes[0]
+    used = [gemm.inputs[1]] + ([gemm.inputs[2]] if bias is not None else [])
+    nodes = [split, r_out, gemm, r_in]
+    return [SplitProjection(x, w[:, i * part:(i + 1) * part],
+                            None if bias is None else bias[i * part:(i + 1) * part],
+                            nodes if i == 0 else [], used if i == 0 else [])
+            for i in range(3)]
+
+
+def _restores(target: list[int], dims: list, width: int) -> bool:
+    """Whether reshaping (B·S, width) to ``target`` gives (B, S, width) for input dims ``dims``."""
+    if len(target) != 3 or target[2] != width or target.count(-1) > 1:
+        return False
+    # a 0 would copy a dim of the 2-D (B·S, width) input, not B or S: refused with the rest
+    return all(t == -1 or (isinstance(d, int) and t == d) for t, d in zip(target[:2], dims[:2], strict=True))
+
+
 def _heads(v: ir.Value, perm: list[int], what: str) -> tuple[ir.Node, ir.Node]:
     """Transpose(perm)(Reshape(proj, (B,S,N,H))) -> (transpose, reshape)."""
     t = need(v, "Transpose", what)
@@ -136,12 +224,81 @@ class AttentionMatch:
         self.nodes: list[ir.Node] = []
         self.scale = 1.0
         self.mask: ir.Value | None = None
+        #: rule 5's constant reshape targets (T1, T2), checked against the head shape
+        self.key_targets: tuple[list[int], list[int]] | None = None
+
+
+def _shape_slice(v: ir.Value, src: ir.Value) -> list[tuple[str, int]] | None:
+    """What ``v`` holds, as ``("dim", i)`` for dim i of the 4-D ``src`` when ``v`` is
+    ``Slice(Shape(src), a, b)`` (constant a, b; axes 0, step 1) and ``("const", c)`` for a
+    constant. None otherwise."""
+    c = const_value(v)
+    if c is not None:
+        return [("const", int(x)) for x in c.reshape(-1)]
+    sl = produced_by(v, "Slice")
+    if sl is None or len(sl.inputs) < 3:
+        return None
+    shape = produced_by(sl.inputs[0], "Shape")
+    if shape is None or shape.inputs[0] is not src or shape.attributes.get("end") is not None:
+        return None
+    start_a = shape.attributes.get("start")
+    if start_a is not None and start_a.value != 0:
+        return None
+    parts = [const_value(x) if x is not None else None for x in sl.inputs[1:]]
+    if parts[0] is None or parts[1] is None or parts[0].size != 1 or parts[1].size != 1:
+        return None
+    if len(parts) > 2 and parts[2] is not None and parts[2].reshape(-1).tolist() not in ([0], [-1]):
+        return None
+    if len(parts) > 3 and parts[3] is not None and parts[3].reshape(-1).tolist() != [1]:
+        return None
+    a, b = int(parts[0].reshape(())), int(parts[1].reshape(()))
+    return [("dim", i) for i in list(range(4))[a:b]]
+
+
+def _swap_last_two(kt: ir.Value, m: AttentionMatch) -> tuple[ir.Value, tuple[list[int], list[int]] | None]:
+    """Rule 5: ``Reshape(Transpose(Reshape(k, T1), (0,2,1)), T2)`` — how torch's dynamo exporter
+    writes ``k.transpose(-2, -1)`` of a 4-D key — as (k, (T1, T2) when the targets are constants
+    that :func:`match_attention` checks against the head shape, else None when they are the
+    Shape/Slice/Concat expressions that swap k's last two dims whatever its shape)."""
+    r2 = need(kt, "Reshape", "key transpose")
+    tr = need(r2.inputs[0], "Transpose", "key transpose (3-D)")
+    if perm_of(tr) != [0, 2, 1]:
+        raise Reject(f"key transpose (3-D) perm {perm_of(tr)} is not (0, 2, 1)", tr)
+    r1 = need(tr.inputs[0], "Reshape", "key transpose (to 3-D)")
+    for v, n in ((r2.inputs[0], r2), (tr.inputs[0], tr)):
+        if not single_use(v):
+            raise other_uses(v, "key transpose", n)
+    k = r1.inputs[0]
+    if not _only_shape_uses(k, r1):
+        raise other_uses(k, "key heads", r1)
+    m.nodes += [r2, tr, r1]
+    t1, t2 = const_value(r1.inputs[1]), const_value(r2.inputs[1])
+    if t1 is not None and t2 is not None:
+        return k, (t1.reshape(-1).tolist(), t2.reshape(-1).tolist())
+    c1, c2 = produced_by(r1.inputs[1], "Concat"), produced_by(r2.inputs[1], "Concat")
+    if c1 is not None and c2 is not None:
+        d1 = [_shape_slice(x, k) for x in c1.inputs]
+        d2 = [_shape_slice(x, k) for x in c2.inputs]
+        if None not in d1 and None not in d2:
+            flat1 = [d for part in d1 for d in part]
+            flat2 = [d for part in d2 for d in part]
+            if flat1 == [("const", -1), ("dim", 2), ("dim", 3)] and flat2 == [("dim", i) for i in (0, 1, 3, 2)]:
+                return k, None
+    raise Reject("the key's 3-D transpose reshapes are neither constants nor the swap of its last two dims", r1)
 
 
 def _match_key(kt: ir.Value, m: AttentionMatch) -> tuple[ir.Node, ir.Node, float]:
-    """K^T as (B, N, H, S): one Transpose(0,2,3,1) or Transpose(0,1,3,2)∘Transpose(0,2,1,3)."""
+    """K^T as (B, N, H, S): one Transpose(0,2,3,1), Transpose(0,1,3,2)∘Transpose(0,2,1,3), or
+    the 3-D form of rule 5 over Transpose(0,2,1,3)."""
     kt, f1, n1 = peel_scale(kt)
     m.nodes += n1
+    if produced_by(kt, "Reshape") is not None:
+        k, targets = _swap_last_two(kt, m)
+        m.key_targets = targets
+        inner, f2, n2 = peel_scale(k)
+        m.nodes += n2
+        t2, r = _heads(inner, [0, 2, 1, 3], "key heads")
+        return t2, r, f1 * f2
     t = need(kt, "Transpose", "key transpose")
     perm = perm_of(t)
     if perm == [0, 2, 3, 1]:
@@ -206,9 +363,17 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
     out_shape = ctx_r.outputs[0].shape
     if rank is None and out_shape is not None:
         rank = len(out_shape)
-    if rank != 3:
+    flat = None
+    if rank == 2:
+        # torch writes GPT-2's context straight to (B·S, hidden) for its Gemm (rule 6): the
+        # Reshape stays and reads the fused (B, S, hidden) output instead
+        flat = tgt.reshape(-1).tolist() if tgt is not None else None
+        if flat is None or flat[0] != -1:
+            raise Reject("context reshape target is 2-D but not (-1, hidden)", ctx_r)
+    elif rank != 3:
         raise Reject("context reshape target is not 3-D (B, S, hidden)")
-    m.nodes.append(ctx_r)
+    else:
+        m.nodes.append(ctx_r)
     # scores [+ mask]
     s = softmax.inputs[0]
     add = produced_by(s, "Add")
@@ -236,16 +401,28 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
     m.nodes += [qt, qr, kt, kr, vt, vr]
     m.scale = post * fq * fk
     heads = [_reshape_heads(r) for r in (qr, kr, vr)]
+    projs = packed_projections([qr.inputs[0], kr.inputs[0], vr.inputs[0]])
+    if projs is None:
+        projs = [Projection(r.inputs[0], w) for r, w in ((qr, "query"), (kr, "key"), (vr, "value"))]
+    if not (projs[0].x is projs[1].x is projs[2].x):
+        raise Reject("Q, K and V are not projected from the same input (not self-attention)")
+    width = projs[0].w.shape[1]
+    # a head reshape to (B, S, -1, H) leaves the head count to the projection width
+    heads = [(width // h if n == -1 and width % h == 0 else n, h) for n, h in heads]
     if len(set(heads)) != 1:
         raise Reject(f"Q/K/V head shapes differ: {heads}")
     n_heads, head_size = heads[0]
-    projs = [Projection(r.inputs[0], w) for r, w in ((qr, "query"), (kr, "key"), (vr, "value"))]
-    if not (projs[0].x is projs[1].x is projs[2].x):
-        raise Reject("Q, K and V are not projected from the same input (not self-attention)")
     for p in projs:
         if p.w.shape[1] != n_heads * head_size:
             raise Reject(f"projection width {p.w.shape[1]} != heads {n_heads} x {head_size}")
         m.nodes += p.nodes
+    if m.key_targets is not None:
+        t1, t2 = m.key_targets
+        if len(t1) != 3 or t1[1:] != [t2[3] if len(t2) == 4 else None, head_size] or len(t2) != 4 or \
+                t2[1:3] != [n_heads, head_size] or t2[0] <= 0 or t1[0] not in (-1, t2[0] * n_heads):
+            raise Reject(f"the key's 3-D transpose targets {t1}, {t2} are not (B·N, S, H) and (B, N, H, S)")
+    if flat is not None and flat[1] != n_heads * head_size:
+        raise Reject(f"context reshape target {flat} is not (-1, {n_heads * head_size})", ctx_r)
     if not float32_or_unknown(projs[0].x):
         raise Reject("attention input is not float32")
     if guard is not None and not _finite_mask(m.mask):
@@ -254,7 +431,10 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
                      guard[0], kind="other_uses",
                      hint="a mask built from finite values (such as the dtype's minimum instead of -inf) "
                           "lets the guard go: it is then a no-op")
-    return m, {"projs": projs, "num_heads": n_heads, "head_size": head_size, "out": ctx_r.outputs[0]}
+    if m.mask is not None and _zero_mask(m.mask):
+        m.mask = None  # a constant all-zero mask adds nothing (ViT's, once folded)
+    return m, {"projs": projs, "num_heads": n_heads, "head_size": head_size,
+               "out": ctx_r.outputs[0] if flat is None else None, "flat_reshape": ctx_r if flat is not None else None}
 
 
 def nan_guard(probs: ir.Value) -> tuple[ir.Node, ir.Node] | None:
@@ -275,11 +455,28 @@ def nan_guard(probs: ir.Value) -> tuple[ir.Node, ir.Node] | None:
 
 def _finite_mask(mask: ir.Value | None) -> bool:
     """Rule 3: whether no score row can be all -inf: no mask, an attention_mask with a finite
-    filter value, or a constant mask of finite values."""
+    filter value, a constant mask of finite values, or ``Where(cond, a, b)`` with finite
+    constants a and b (torch's dynamo export of transformers' causal and padding masks:
+    ``Where(keep, 0, finfo.min)``)."""
     if mask is None or raw_mask(mask) is not None:
         return True
     c = const_value(mask)
-    return c is not None and bool(np.all(np.isfinite(c)))
+    if c is not None:
+        return bool(np.all(np.isfinite(c)))
+    where = produced_by(mask, "Where")
+    if where is None:
+        return False
+    branches = [const_value(x) for x in where.inputs[1:]]
+    return all(b is not None and np.issubdtype(b.dtype, np.floating) and bool(np.all(np.isfinite(b)))
+               for b in branches)
+
+
+def _zero_mask(mask: ir.Value) -> bool:
+    """A constant all-zero mask that broadcasts over batch and heads (dims 1 there): adding it
+    changes nothing."""
+    c = const_value(mask)
+    return c is not None and c.size > 0 and not np.any(c) and (c.ndim < 2 or c.shape[-4:-2] == (1,) * len(
+        c.shape[-4:-2]))
 
 
 def raw_mask(mask: ir.Value) -> tuple[ir.Value, float] | None:
