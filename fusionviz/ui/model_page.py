@@ -1,4 +1,9 @@
-"""Model page: pick a sample, upload a model, see its summary, and say what the inputs are.
+"""Model page: pick a sample, upload a model or open one by its path on the server, see its
+summary, and say what the inputs are.
+
+Opening by path is allowed only under the folders in ``FUSIONVIZ_OPEN_PATHS`` (the checks live in
+:mod:`fusionviz.server_paths`; this page lays out and calls). The upload limit is the command
+line's model-size limit; the uploader's help says how to open a bigger model.
 
 The Inputs section shows fusionviz's input plan (every input's dtype and dims, which dims
 fusionviz chose and why, scalar values it inferred) with widgets to change it: a number per
@@ -15,13 +20,15 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from fusionviz import errors
+from fusionviz import errors, server_paths
 from fusionviz.ui import cache, common, state
 
 logger = logging.getLogger(__name__)
 
 UPLOAD_SHA = "fv_upload_sha"
 UPLOAD_ERROR = "fv_upload_error"
+PATH_ERROR = "fv_path_error"
+PATH_INPUT = "open_path"
 
 KIND_WORDS = {
     "image": "image side",
@@ -86,12 +93,70 @@ def _on_upload() -> None:
     _take_upload(st.session_state.get("upload"))
 
 
+def _bigger_words(limit_mb: int) -> str:
+    """How to open a model over the upload limit."""
+    where = ("open it by its path on the server (below)" if server_paths.allowed_dirs()
+             else f"open it by its path on the server (set {server_paths.OPEN_PATHS_ENV}, see below)")
+    return (f"Uploads up to {limit_mb:,} MB (the model-size limit, FUSIONVIZ_MAX_MODEL_MB). For a bigger "
+            f"model: {where}, or start the app on it: `streamlit run app.py -- --model PATH`.")
+
+
+def _sync_upload_limit(limit_mb: int) -> None:
+    """The server refuses an upload over ``server.maxUploadSize``: make it the model-size limit too."""
+    from streamlit import config
+
+    if config.get_option("server.maxUploadSize") != limit_mb:
+        config.set_option("server.maxUploadSize", limit_mb)
+
+
 def _upload() -> None:
+    limit_mb = server_paths.upload_limit_mb()
+    _sync_upload_limit(limit_mb)
     up = st.file_uploader("Upload an ONNX model (.onnx, or a .zip of a folder with external data)",
-                          type=["onnx", "zip"], key="upload", on_change=_on_upload)
+                          type=["onnx", "zip"], key="upload", on_change=_on_upload,
+                          max_upload_size=limit_mb, help=_bigger_words(limit_mb))
+    st.caption(_bigger_words(limit_mb))
     if up is not None:
         _take_upload(up)  # no-op when the callback already took it
     err = st.session_state.get(UPLOAD_ERROR)
+    if err:
+        st.error(err)
+        if "limit" in err:
+            st.caption(_bigger_words(limit_mb))
+
+
+def _open_path() -> None:
+    """Callback of the path field: check the path, load the model, make it current."""
+    text = str(st.session_state.get(PATH_INPUT) or "")
+    try:  # the user typed this path and the allowed folders are on the page: not scrubbed
+        p = server_paths.resolve_model_path(text, server_paths.allowed_dirs())
+    except errors.FusionvizError as exc:
+        st.session_state[PATH_ERROR] = str(exc)
+        return
+    try:
+        with st.spinner("Reading the model..."):
+            loaded = cache.load_path(str(p))
+    except errors.FusionvizError as exc:
+        st.session_state[PATH_ERROR] = state.scrub(str(exc))
+        return
+    st.session_state[PATH_ERROR] = None
+    state.set_model(loaded, {"kind": "path", "name": loaded.name})
+
+
+def _by_path() -> None:
+    allowed = server_paths.allowed_dirs()
+    if not allowed:
+        st.caption(f"Off on this server. {server_paths.HOW_TO_ENABLE}")
+        return
+    with st.form("open_path_form", border=False):
+        c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
+        c1.text_input("Path of an .onnx file, a .zip or a model folder on the server", key=PATH_INPUT,
+                      placeholder=str(allowed[0] / "model.onnx"),
+                      help="Weights stored as external data next to the .onnx file are read with it.")
+        c2.form_submit_button("Open", key="open_path_go", on_click=_open_path, type="primary", width="stretch")
+    st.caption("Allowed folders: " + ", ".join(f"`{d}`" for d in allowed)
+               + f" ({server_paths.OPEN_PATHS_ENV}).")
+    err = st.session_state.get(PATH_ERROR)
     if err:
         st.error(err)
 
@@ -319,12 +384,14 @@ def _inputs(loaded: Any) -> None:
 def body() -> None:
     """The Model page."""
     st.title("Model")
-    st.markdown("Open a sample or upload your own model. Everything else in the app works on the "
-                "model chosen here.")
+    st.markdown("Open a sample, upload your own model or open one by its path on the server. Everything "
+                "else in the app works on the model chosen here.")
     st.subheader("Samples")
     _gallery()
     st.subheader("Upload")
     _upload()
+    st.subheader("Open a model by path on the server")
+    _by_path()
     loaded = state.model()
     if loaded is None:
         return
