@@ -18,7 +18,8 @@ Drawing rules (model_graph, collapse and dot hold theirs):
    work with ``nslimit``/``mclimit``, and very big ones are laid out by parts (``parts``).
 5. Edges from nodes that are not drawn (focus, changed-only, cap) start at a small "⋯" stub, so
    a cut is visible as a cut.
-6. More selected nodes than ``max_nodes``: with ``auto_collapse`` the name scopes are collapsed
+6. More selected nodes than ``max_nodes``: with ``auto_collapse`` the name scopes (without them,
+   the blocks found by structure: collapse rule 5) are collapsed
    into blocks (the note says so); what still does not fit is cut at the cap, and the note says
    to focus a node.
 7. Near misses (``RenderOptions.near_misses``) are drawn on its nodes: the matched ones outlined
@@ -47,7 +48,14 @@ import onnx
 
 from fusionviz import errors
 from fusionviz.graphview import dot as D
-from fusionviz.graphview.collapse import neighbourhood, select
+from fusionviz.graphview.collapse import (
+    AUTO_OPEN_ITEMS,
+    carry_blocks,
+    name_scopes_useful,
+    neighbourhood,
+    select,
+    structural_blocks,
+)
 from fusionviz.graphview.diff import NO_CHANGE, GraphDiff
 from fusionviz.graphview.model_graph import DisplayGraph, DisplayNode, build_display_graph, infer
 
@@ -256,7 +264,7 @@ def _legend_families() -> tuple[str, ...]:
 
 
 def render_graph(model: onnx.ModelProto, *, diff: GraphDiff | None = None, side: str = "after",
-                 options: RenderOptions | None = None) -> Rendered:
+                 options: RenderOptions | None = None, structure: onnx.ModelProto | None = None) -> Rendered:
     """Draw ``model`` as DOT.
 
     Args:
@@ -264,6 +272,9 @@ def render_graph(model: onnx.ModelProto, *, diff: GraphDiff | None = None, side:
         diff: a diff whose ``side`` is ``model`` (``diff_models(before, after)``), to colour changes.
         side: "after" (highlight fused/new/changed) or "before" (highlight removed/changed).
         options: what to draw (:class:`RenderOptions`).
+        structure: the snapshot whose structure names the collapsed blocks of a model without
+            name scopes (collapse rule 5; default ``model``): give both sides of a pair the
+            before snapshot, so that a block opens in both panes.
 
     Returns:
         A :class:`Rendered` with the DOT text and what was left out.
@@ -305,13 +316,22 @@ def render_graph(model: onnx.ModelProto, *, diff: GraphDiff | None = None, side:
     auto = False
     if not collapse_on and opts.auto_collapse and len(selected) > opts.max_nodes:  # rule 6
         collapse_on = auto = True
+    scopes = _block_scopes(model, dg, structure, diff, side) if collapse_on else None
+    auto_items = AUTO_COLLAPSE_ITEMS if auto else None
+    if scopes is not None and len(selected) == total:
+        # Collapse rule 5: whether the blocks open by themselves is decided on the structure
+        # snapshot, so that the two panes of a pair show the same blocks closed.
+        ref_nodes = len(_display_graph(structure if structure is not None else model).nodes)
+        if ref_nodes > (AUTO_COLLAPSE_ITEMS if auto else AUTO_OPEN_ITEMS):
+            auto_items = 0
     sel = select(dg, selected, collapse_enabled=collapse_on, expanded=opts.expanded,
                  max_nodes=opts.max_nodes, status=status if diff is not None else None,
-                 auto_items=AUTO_COLLAPSE_ITEMS if auto else None)
+                 auto_items=auto_items, scopes=scopes)
     drawn = len(sel.items)
     if auto:
-        notes.append(f"{len(selected):,} nodes are more than the {opts.max_nodes:,} drawn at once, so name "
-                     "scopes are collapsed into blocks: open a block, or focus a node, to see single nodes.")
+        what = "name scopes" if scopes is None else "repeated blocks"
+        notes.append(f"{len(selected):,} nodes are more than the {opts.max_nodes:,} drawn at once, so {what} "
+                     "are collapsed into blocks: open a block, or focus a node, to see single nodes.")
     if sel.left_out:
         what = f"{len(selected):,} nodes" if len(selected) == total else f"{len(selected):,} of {total:,} nodes selected"
         hint = "expand fewer scopes or focus" if collapse_on else "collapse or focus"
@@ -391,7 +411,8 @@ def _box_value(members, values: Mapping[str, float]) -> float | None:
 
 # Shape inference and the display graph are the slowest steps on big models (20,000 nodes:
 # seconds); the UI asks for the same snapshot often (focus, collapse, search), so both are kept
-# for the last few models. Entries: [model, its size, inferred copy, display graph or None].
+# for the last few models. Entries: [model, its size, inferred copy, display graph or None,
+# blocks by structure or None].
 _INFER_CACHE: list[list] = []
 _CACHE_LOCK = threading.Lock()
 
@@ -402,11 +423,34 @@ def _entry(model: onnx.ModelProto) -> list:
         for entry in _INFER_CACHE:
             if entry[0] is model and entry[1] == size:
                 return entry
-    entry = [model, size, infer(model), None]
+    entry = [model, size, infer(model), None, None]
     with _CACHE_LOCK:
         _INFER_CACHE.insert(0, entry)
         del _INFER_CACHE[6:]
     return entry
+
+
+def _block_scopes(model: onnx.ModelProto, dg: DisplayGraph, structure: onnx.ModelProto | None,
+                  diff: GraphDiff | None, side: str) -> dict[str, tuple[str, ...]] | None:
+    """Collapse rule 5: the blocks by structure, or None when the names have scopes to collapse."""
+    ref_model = structure if structure is not None else model
+    ref = _display_graph(ref_model)
+    if name_scopes_useful(ref):
+        return None
+    entry = _entry(ref_model)
+    if entry[4] is None:
+        entry[4] = structural_blocks(ref)
+    blocks = entry[4]
+    if ref is dg:
+        return blocks
+    by_name = {ref.by_key[k].name or k: sc for k, sc in blocks.items()}
+    came_from: dict[str, list[str]] = {}
+    if diff is not None and side == "after":
+        for k, v in diff.provenance.items():
+            came_from[k] = list(v)
+        for k, v in diff.contributors.items():
+            came_from[k] = [*v, *came_from.get(k, ())]
+    return carry_blocks(by_name, dg, came_from)
 
 
 def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -17,6 +17,23 @@ Rules (the code points back to them):
    drawn node by node, not as one box).
 4. *Cap*: items (nodes and boxes) are taken in model order up to ``max_nodes``; the rest is left
    out and the caller says so.
+5. *Blocks by structure*: a model whose names say little (fewer than ``SCOPED_SHARE`` of its
+   nodes have a scope below the one every node shares: Paddle2ONNX's ``p2o.Conv.12`` or unnamed
+   nodes, tf2onnx's flat ``Conv__440``, torch's ``Conv_0``) is collapsed by structure instead:
+   the nodes, in model order, are cut wherever a single tensor carries everything on (tensors
+   that jump more than ``SKIP_SPAN`` nodes ahead, FPN features and hubs, do not hold a cut open);
+   each piece is a token named by its op sequence; a piece of two or more nodes holds a join (a
+   residual Add, an SE Mul, a Concat). Then the most frequent adjacent pair of tokens is made
+   one token, again and again while some pair occurs twice (byte-pair merging), never pairing
+   two tokens that both hold a join (one residual block, not two) nor growing past
+   ``BLOCK_MAX_NODES`` nodes. Every token of two or more nodes that occurs at least twice is a
+   block, named by its pattern and occurrence (``block A.3``: the third of pattern A); a piece
+   with a join that occurs once and has at least ``REGION_MIN_NODES`` nodes is a block too
+   (``region 2``: a detector's neck). Blocks are one-level scopes for rule 3 (auto-open, the
+   ``expanded`` list). The other snapshot of a pair takes the blocks of the *structure* snapshot
+   (the before side, :func:`carry_blocks`): a node by its name, a fused or replacing node by
+   the nodes it came from, a new node by its producer; so one name opens the same block in both
+   panes.
 """
 
 from __future__ import annotations
@@ -33,6 +50,14 @@ logger = logging.getLogger(__name__)
 MIN_BOX_NODES = 3
 AUTO_OPEN_ITEMS = 200
 FEW_ITEMS = 4
+#: Rule 5: name scopes are used when at least this share of nodes has one.
+SCOPED_SHARE = 0.5
+#: Rule 5: a tensor read more than this many nodes after it is written does not hold a cut open.
+SKIP_SPAN = 40
+#: Rule 5: merged blocks grow to at most this many nodes.
+BLOCK_MAX_NODES = 40
+#: Rule 5: a piece with a join that occurs once is a block from this many nodes.
+REGION_MIN_NODES = 6
 
 
 def scope_key(scope: tuple[str, ...]) -> str:
@@ -88,14 +113,17 @@ class Selection:
 
 def collapse(dg: DisplayGraph, selected: set[str], *, enabled: bool, expanded: Iterable[str] = (),
              status: Mapping[str, str] | None = None, auto_items: int = AUTO_OPEN_ITEMS,
-             max_items: int | None = None) -> tuple[list[str], dict[str, str], dict[str, Box]]:
+             max_items: int | None = None, scopes: Mapping[str, tuple[str, ...]] | None = None,
+             ) -> tuple[list[str], dict[str, str], dict[str, Box]]:
     """Rule 3: map every selected node to an item id; returns (items in model order, item_of, boxes).
 
     ``max_items`` is the cap a picture of fewer than ``FEW_ITEMS`` items may be opened up to
-    (default ``auto_items``).
+    (default ``auto_items``). ``scopes`` (node key → scope) replaces the name scopes (rule 5).
     """
     cap = auto_items if max_items is None else max(auto_items, max_items)
     nodes = [n for n in dg.nodes if n.key in selected]
+    if scopes is not None:
+        nodes = [dataclasses.replace(n, scope=scopes.get(n.key, ())) for n in nodes]
     item_of: dict[str, str] = {}
     boxes: dict[str, Box] = {}
     if not enabled:
@@ -172,7 +200,7 @@ def collapse(dg: DisplayGraph, selected: set[str], *, enabled: bool, expanded: I
 
 def select(dg: DisplayGraph, selected: set[str], *, collapse_enabled: bool, expanded: Iterable[str],
            max_nodes: int, status: Mapping[str, str] | None = None, auto_items: int | None = None,
-           ) -> Selection:
+           scopes: Mapping[str, tuple[str, ...]] | None = None) -> Selection:
     """Rules 3-4: collapse the selected nodes, then cap the number of items.
 
     Args:
@@ -184,10 +212,12 @@ def select(dg: DisplayGraph, selected: set[str], *, collapse_enabled: bool, expa
         status: diff status per node, counted per box.
         auto_items: scopes are opened automatically while the picture stays within this many
             items (default ``AUTO_OPEN_ITEMS``); never more than ``max_nodes``.
+        scopes: node key → scope, replacing the name scopes (rule 5's blocks).
     """
     auto = AUTO_OPEN_ITEMS if auto_items is None else auto_items
     items, item_of, boxes = collapse(dg, selected, enabled=collapse_enabled, expanded=expanded,
-                                     status=status, auto_items=min(auto, max_nodes), max_items=max_nodes)
+                                     status=status, auto_items=min(auto, max_nodes), max_items=max_nodes,
+                                     scopes=scopes)
     left_out = 0
     if len(items) > max_nodes:
         keep = set(items[:max_nodes])
@@ -198,3 +228,146 @@ def select(dg: DisplayGraph, selected: set[str], *, collapse_enabled: bool, expa
             del item_of[k]
         boxes = {k: b for k, b in boxes.items() if "s:" + k in keep}
     return Selection(items, boxes, item_of, left_out)
+
+
+# ------------------------------------------------------------------ blocks by structure (rule 5)
+
+
+def name_scopes_useful(dg: DisplayGraph) -> bool:
+    """Rule 5: whether at least ``SCOPED_SHARE`` of the nodes have a scope below the common one."""
+    scopes = [n.scope for n in dg.nodes]
+    if not scopes:
+        return True
+    common = scopes[0]
+    for sc in scopes[1:]:
+        k = 0
+        while k < min(len(common), len(sc)) and common[k] == sc[k]:
+            k += 1
+        common = common[:k]
+    scoped = sum(1 for sc in scopes if len(sc) > len(common))
+    return scoped >= SCOPED_SHARE * len(scopes)
+
+
+def _pieces(dg: DisplayGraph) -> list[list[int]]:
+    """Rule 5: node positions cut where one tensor carries everything on."""
+    pos = {n.key: i for i, n in enumerate(dg.nodes)}
+    delta = [0] * (len(dg.nodes) + 1)
+    inputs = set(dg.inputs)
+    for t, readers in dg.consumers.items():
+        p = dg.producer.get(t)
+        if t in dg.hubs or (p not in pos and t not in inputs):
+            continue
+        first = pos[p] if p in pos else 0  # a graph input is live from the start
+        last = max((pos[c] for c in readers if c in pos), default=-1)
+        if first < last <= first + SKIP_SPAN:
+            delta[first] += 1
+            delta[last] -= 1
+    pieces: list[list[int]] = []
+    live, start = 0, 0
+    for i in range(len(dg.nodes)):
+        live += delta[i]
+        if live <= 1:
+            pieces.append(list(range(start, i + 1)))
+            start = i + 1
+    if start < len(dg.nodes):
+        pieces.append(list(range(start, len(dg.nodes))))
+    return pieces
+
+
+def _letters(i: int) -> str:
+    out = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        out = chr(65 + r) + out
+    return out
+
+
+def structural_blocks(dg: DisplayGraph) -> dict[str, tuple[str, ...]]:
+    """Rule 5: node key → its block's one-level scope (``("block A.3",)``) for nodes in a block."""
+    pieces = _pieces(dg)
+    sig_ids: dict[tuple[str, ...], int] = {}
+    tokens: list[int] = []
+    size: dict[int, int] = {}
+    join: dict[int, bool] = {}
+    parts: dict[int, tuple[int, int]] = {}
+    for piece in pieces:
+        sig = tuple(dg.nodes[i].op for i in piece)
+        tid = sig_ids.setdefault(sig, len(sig_ids))
+        size[tid], join[tid] = len(piece), len(piece) > 1
+        tokens.append(tid)
+    fresh = len(sig_ids)
+    while True:  # byte-pair merging
+        pairs: Counter = Counter()
+        for a, b in zip(tokens, tokens[1:], strict=False):
+            if size[a] + size[b] <= BLOCK_MAX_NODES and not (join[a] and join[b]):
+                pairs[a, b] += 1
+        if not pairs:
+            break
+        (a, b), count = pairs.most_common(1)[0]
+        if count < 2:
+            break
+        new, fresh = fresh, fresh + 1
+        size[new], join[new], parts[new] = size[a] + size[b], join[a] or join[b], (a, b)
+        merged: list[int] = []
+        i = 0
+        while i < len(tokens):
+            if i + 1 < len(tokens) and tokens[i] == a and tokens[i + 1] == b:
+                merged.append(new)
+                i += 2
+            else:
+                merged.append(tokens[i])
+                i += 1
+        tokens = merged
+    count = Counter(tokens)
+    out: dict[str, tuple[str, ...]] = {}
+    pattern: dict[int, str] = {}
+    seen: Counter = Counter()
+    regions = 0
+    at = 0
+    for t in tokens:
+        n = size[t]
+        name = None
+        if n >= 2 and count[t] >= 2:
+            if t not in pattern:
+                pattern[t] = _letters(len(pattern))
+            seen[t] += 1
+            name = f"block {pattern[t]}.{seen[t]}"
+        elif join[t] and n >= REGION_MIN_NODES:
+            regions += 1
+            name = f"region {regions}"
+        span = _piece_count(t, parts)
+        if name is not None:
+            for k in range(at, at + span):
+                for i in pieces[k]:
+                    out[dg.nodes[i].key] = (name,)
+        at += span
+    return out
+
+
+def _piece_count(t: int, parts: Mapping[int, tuple[int, int]]) -> int:
+    if t not in parts:
+        return 1
+    a, b = parts[t]
+    return _piece_count(a, parts) + _piece_count(b, parts)
+
+
+def carry_blocks(blocks: Mapping[str, tuple[str, ...]], dg: DisplayGraph,
+                 came_from: Mapping[str, Iterable[str]] = ()) -> dict[str, tuple[str, ...]]:
+    """Rule 5: the blocks of the structure snapshot (by node *name*) on another snapshot ``dg``.
+
+    A node takes the block of the node of the same name, else of the first of ``came_from[name]``
+    (the nodes it replaced or came from) that has one, else its first input's producer's.
+    """
+    came_from = dict(came_from)
+    out: dict[str, tuple[str, ...]] = {}
+    for n in dg.nodes:
+        name = n.name or n.key
+        sc = blocks.get(name)
+        if sc is None:
+            sc = next((blocks[o] for o in (*came_from.get(name, ()), *n.sources) if o in blocks), None)
+        if sc is None:
+            sc = next((out[p] for p in (dg.producer.get(t) for t in n.inputs) if p in out), None)
+        if sc is not None:
+            out[n.key] = sc
+    return out

@@ -162,11 +162,14 @@ def _links(key: tuple, provenance: bool, _before: onnx.ModelProto, _after: onnx.
 
 
 @st.cache_resource(max_entries=48, show_spinner=False)
-def _render(key: tuple, side: str, opts: tuple, _model: onnx.ModelProto, _diff: GraphDiff | None) -> Rendered:
-    """``render_graph`` of one side of a pair, kept as one shared object (no copy per run)."""
+def _render(key: tuple, side: str, opts: tuple, _model: onnx.ModelProto, _diff: GraphDiff | None,
+            _before: onnx.ModelProto | None = None) -> Rendered:
+    """``render_graph`` of one side of a pair, kept as one shared object (no copy per run); the
+    before snapshot names the blocks of a model without name scopes on both sides (collapse
+    rule 5), so that opening one opens it in both panes."""
     from fusionviz.graphview import RenderOptions, render_graph
 
-    return render_graph(_model, diff=_diff, side=side, options=RenderOptions(**dict(opts)))
+    return render_graph(_model, diff=_diff, side=side, options=RenderOptions(**dict(opts)), structure=_before)
 
 
 # ------------------------------------------------------------------ session helpers
@@ -677,7 +680,7 @@ def body() -> None:
                                      collapse=collapse_on, auto_collapse=True, near_misses=overlay,
                                      **(heat if side == "after" else {}))
         try:
-            rendered[side] = _render(key, side, opts, model, diff)
+            rendered[side] = _render(key, side, opts, model, diff, before)
         except errors.FusionvizError as exc:
             above.error(f"{side.capitalize()}: {exc}")
             rendered[side] = None

@@ -88,9 +88,10 @@ def test_three_thousand_nodes_drawn_uncapped_by_default():
     m = transformer_with_nodes(3000, scoped=False)
     r = render_graph(m)
     assert r.drawn == r.total == len(m.graph.node) >= 3000 and r.note is None
-    # flat names: collapsing has no scope to fold, every node stays drawn
+    # flat names: collapsing folds the repeated layers found by structure (collapse rule 5)
     rc = render_graph(m, options=RenderOptions(collapse=True, auto_collapse=True))
-    assert rc.drawn == r.total and not rc.scope_ids and not rc.auto_collapsed
+    assert rc.drawn < 300 and not rc.auto_collapsed
+    assert len(rc.scope_ids) >= 80 and all(s.startswith(("block ", "region ")) for s in rc.scope_ids.values())
 
 
 def test_twenty_thousand_nodes_collapse_automatically():
