@@ -27,6 +27,7 @@ COMMANDS = (
     "bench",
     "tune",
     "sweep",
+    "export_me",
 )
 
 

@@ -31,7 +31,9 @@ Drawing rules (model_graph, collapse and dot hold theirs):
    family or diff fill (the diff's border stays); the value is added to the label after
    ``value_title``. A NaN value is marked apart (``dot.HEAT_NAN``, "NaN/Inf" in its label). A
    collapsed block takes its largest member value (NaN first). The legend lists every step of
-   the scale, and NaN when one is drawn. Nodes without a value keep their fill.
+   the scale, and NaN when one is drawn. Nodes without a value keep their fill. Every per-node
+   overlay goes through this one rule (``graphview.overlays``: time, memory, error): each gives
+   its own palette (``value_fills``), unit (``value_unit``: "ms", "B" or none) and NaN label.
 """
 
 from __future__ import annotations
@@ -107,6 +109,9 @@ class RenderOptions:
         value_scale: ``(upper bound, label)`` per step of the scale, ascending; a value above
             the last bound takes the last step. Empty: one step per decade of the values.
         value_title: what the values are, for labels and the legend ("max rel error").
+        value_fills: the palette of the scale, low to high (empty: ``dot.HEAT_FILLS``).
+        value_unit: how a value is written: "ms", "B" (bytes, in KB/MB/GB) or "" (2 digits).
+        value_nan_label: the legend's and labels' name for a NaN value.
     """
 
     collapse: bool = False
@@ -124,6 +129,9 @@ class RenderOptions:
     node_values: tuple[tuple[str, float], ...] = ()
     value_scale: tuple[tuple[float, str], ...] = ()
     value_title: str = ""
+    value_fills: tuple[str, ...] = ()
+    value_unit: str = ""
+    value_nan_label: str = "NaN/Inf introduced"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,12 +384,13 @@ def value_steps(opts: RenderOptions) -> tuple[tuple[float, str], ...]:
     return tuple((10.0 ** e, f"≤ 1e{e}") for e in range(lo, hi + 1))
 
 
-def value_fill(value: float, steps: tuple[tuple[float, str], ...]) -> str:
-    """Rule 8: the fill of ``value`` on the scale ``steps`` (NaN: ``dot.HEAT_NAN``)."""
+def value_fill(value: float, steps: tuple[tuple[float, str], ...], fills: tuple[str, ...] = ()) -> str:
+    """Rule 8: the fill of ``value`` on the scale ``steps`` (NaN: ``dot.HEAT_NAN``), from the
+    palette ``fills`` (default ``dot.HEAT_FILLS``)."""
     if math.isnan(value):
         return D.HEAT_NAN
     i = next((k for k, (bound, _) in enumerate(steps) if value <= bound), len(steps) - 1)
-    ramp = D.HEAT_FILLS
+    ramp = fills or D.HEAT_FILLS
     return ramp[round(i * (len(ramp) - 1) / max(1, len(steps) - 1))]
 
 
@@ -389,16 +398,30 @@ def value_legend(opts: RenderOptions, with_nan: bool = True) -> list[tuple[str, 
     """Rule 8: the legend entries of the scale (title, fill, border)."""
     steps = value_steps(opts)
     head = f"{opts.value_title} " if opts.value_title else ""
-    out = [(f"{head}{label}", value_fill(bound if math.isfinite(bound) else math.inf, steps), D.HEAT_BORDER)
-           for bound, label in steps]
+    out = [(f"{head}{label}", value_fill(bound if math.isfinite(bound) else math.inf, steps, opts.value_fills),
+            D.HEAT_BORDER) for bound, label in steps]
     if with_nan:
-        out.append(("NaN/Inf introduced", D.HEAT_NAN, D.HEAT_BORDER))
+        out.append((opts.value_nan_label, D.HEAT_NAN, D.HEAT_BORDER))
     return out
 
 
-def _value_text(title: str, value: float) -> str:
-    text = "NaN/Inf" if math.isnan(value) else f"{value:.2g}"
-    return f"{title} {text}".strip()
+def format_value(value: float, unit: str = "") -> str:
+    """Rule 8: a value as written in labels and the side panel ("0.42 ms", "1.2 MB", "3.1e-05")."""
+    if math.isnan(value):
+        return "NaN/Inf"
+    if unit == "B":
+        v = float(value)
+        for name in ("B", "KB", "MB", "GB"):
+            if abs(v) < 1024 or name == "GB":
+                return f"{v:.0f} {name}" if name == "B" else f"{v:.3g} {name}"
+            v /= 1024
+    if unit:
+        return f"{value:.3g} {unit}"
+    return f"{value:.2g}"
+
+
+def _value_text(title: str, value: float, unit: str = "") -> str:
+    return f"{title} {format_value(value, unit)}".strip()
 
 
 def _box_value(members, values: Mapping[str, float]) -> float | None:
@@ -509,9 +532,10 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
             lines.extend((f"▸ {D.shorten(D.clean(t), 26)} (hub, {hub_counts[t]} uses)", "#6b7280", 9, False)
                          for t in n.outputs if t in dg.hubs)
             if n.key in values:  # rule 8
-                fill = value_fill(values[n.key], steps)
+                fill = value_fill(values[n.key], steps, opts.value_fills)
                 nan_drawn = nan_drawn or math.isnan(values[n.key])
-                lines.append((D.shorten(_value_text(opts.value_title, values[n.key]), 44), "#111827", 9, True))
+                lines.append((D.shorten(_value_text(opts.value_title, values[n.key], opts.value_unit), 44),
+                              "#111827", 9, True))
             label = D.html_label(lines)
             out.append(f"  {name} " + D.attrs(id=eid, label=label, fillcolor=fill, color=border,
                                                 style=style, penwidth=pen) + ";")
@@ -544,9 +568,10 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
                 lines.append((hub_text(t, hub_counts.get(t, 0)), "#6b7280", 9, False))
             box_value = _box_value(box.members, values) if values else None
             if box_value is not None:  # rule 8
-                fill = value_fill(box_value, steps)
+                fill = value_fill(box_value, steps, opts.value_fills)
                 nan_drawn = nan_drawn or math.isnan(box_value)
-                lines.append((D.shorten("largest " + _value_text(opts.value_title, box_value), 44), "#111827", 9, True))
+                lines.append((D.shorten("largest " + _value_text(opts.value_title, box_value, opts.value_unit), 44),
+                              "#111827", 9, True))
             lines = [ln for ln in lines if ln[0]]
             out.append(f"  {name} " + D.attrs(id=eid, label=D.html_label(lines), shape="box3d",
                                                 style="filled", fillcolor=fill, color=border,

@@ -77,6 +77,10 @@ NEAR_MISS_MATCHED = "#7c3aed"
 NEAR_MISS_BLOCKER = "#db2777"
 #: Node-value heat scale (build rule 8), low to high; NaN values are marked apart.
 HEAT_FILLS = ("#fff5eb", "#fee6ce", "#fdd0a2", "#fdae6b", "#fd8d3c", "#e6550d")
+#: The time overlay's palette (light to dark purple) and the memory overlay's (light to dark blue):
+#: apart from the error heat, so a picture says which overlay it is.
+TIME_FILLS = ("#f7fcfd", "#e0ecf4", "#bfd3e6", "#9ebcda", "#8c96c6", "#8c6bb1")
+MEMORY_FILLS = ("#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#4292c6")
 HEAT_NAN = "#67e8f9"
 HEAT_BORDER = "#7a7a7a"
 STATUS_TITLE = {"fused": "fused / new", "removed": "removed", "changed": "changed",
