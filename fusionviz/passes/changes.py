@@ -238,7 +238,7 @@ def diff_changes(before: list[NodeRecord], model: ir.Model, pass_name: str,
 
 def _hinted_changes(removed: list[NodeRecord], new: list[NodeRecord], hint, pass_name: str) -> list[Change]:
     """Grouping for passes that rebuild the model and say which original tensor each new node
-    stands for: new node ← producer of that tensor; a removed node without a counterpart joins
+    stands for: new node(s) ← producer of that tensor; a removed node without a counterpart joins
     the new node that took over its first input's producer (e.g. an Add+Relu absorbed by a Conv);
     new nodes without a hint (layout reorders) are 'added'."""
     by_out = {o: r for r in removed for o in r.outputs if o}
@@ -256,10 +256,10 @@ def _hinted_changes(removed: list[NodeRecord], new: list[NodeRecord], hint, pass
         if r is None:
             added.append(a)
             continue
-        groups.setdefault(id(a.node), ([], []))[1].append(a)
-        if id(r.node) not in owner:
+        if id(r.node) not in owner:  # new nodes standing for one tensor make one change
             owner[id(r.node)] = id(a.node)
-            groups[id(a.node)][0].append(r)
+            groups[id(a.node)] = ([r], [])
+        groups[owner[id(r.node)]][1].append(a)
     pending = [r for r in removed if id(r.node) not in owner]
     for _ in range(len(pending) + 1):  # absorb chains (Add -> Relu) iteratively
         still = []

@@ -15,6 +15,7 @@ from fusionviz.passes.fuse.attention_match import (
     AttentionMatch,
     bias_mask,
     match_attention,
+    match_heads_attention,
     raw_mask,
 )
 from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 _ATTN_NAME = re.compile(r"(.+)_attn(?:_\d+)?")
+_QUERY_NAME = re.compile(r"(.+)_query_(?:bsnh|bsd)(?:_\d+)?")
 
 
 class AttentionFusion(Pass, name="attention_fusion", category=Category.FUSE, order=300,
@@ -71,8 +73,11 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
         ``<context>_attn``); the shared mask Cast is new. Blocks that share one mask computation
         are thus credited per block instead of as one change."""
         out = node.outputs[0].name if node.outputs else ""
+        if node.op_type in ("Transpose", "Reshape"):  # rule 7's query, made 3-D for its block
+            q = _QUERY_NAME.fullmatch(out or "")
+            return q.group(1) if q else None
         m = _ATTN_NAME.fullmatch(out or "")
-        return m.group(1) if node.op_type == "Attention" and m else None
+        return m.group(1) if node.op_type in ("Attention", "MultiHeadAttention") and m else None
 
     def transform(self, model: ir.Model) -> None:
         namer = Namer(model)
@@ -85,12 +90,24 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
                 continue
             m = AttentionMatch()
             try:
-                m, info = match_attention(node, opset, m)
+                try:
+                    m, info = match_attention(node, opset, m)
+                except Reject as first:
+                    # Q, K, V that are not plain projections (rotary, grouped heads): the core
+                    # alone into MultiHeadAttention; when that fails too, the deeper match says why
+                    m2 = AttentionMatch()
+                    try:
+                        m, info = match_heads_attention(node, opset, m2)
+                    except Reject as second:
+                        if len(m2.nodes) > len(m.nodes):
+                            m = m2
+                            raise second from None
+                        raise first from None
                 mask_input: ir.Value | None = None
                 bias_input: ir.Value | None = None
                 filter_value = -10000.0
                 if m.mask is not None:
-                    raw = raw_mask(m.mask)
+                    raw = raw_mask(m.mask) if "projs" in info else None
                     if raw is not None:
                         src, filter_value = raw
                         mask_input = mask_cache.get(id(src))
@@ -114,21 +131,26 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
                 nearmiss.note(m.nodes or [node], why.at or node, str(why), rule="attention",
                               **nearmiss.fixable(why.at, why.hint, why.kind))
                 continue
-            projs = info["projs"]
-            w = np.concatenate([p.w for p in projs], axis=1).astype(np.float32)
-            b = np.concatenate(
-                [p.bias if p.bias is not None else np.zeros(p.w.shape[1], np.float32) for p in projs]
-            ).astype(np.float32)
             stem = node.name or f"attn{fused}"
-            wv = new_initializer(model, namer, f"{stem}_qkv_weight", w)
-            bv = new_initializer(model, namer, f"{stem}_qkv_bias", b)
-            attrs: dict = {"num_heads": info["num_heads"], "scale": float(m.scale)}
-            if mask_input is not None:
-                attrs["mask_filter_value"] = float(filter_value)
-            inputs: list[ir.Value | None] = [projs[0].x, wv, bv, mask_input]
-            if bias_input is not None:
-                inputs += [None, bias_input]
-            attn = ir.node("Attention", inputs, attrs, domain=MS_DOMAIN, name="")
+            if "projs" in info:
+                projs = info["projs"]
+                w = np.concatenate([p.w for p in projs], axis=1).astype(np.float32)
+                b = np.concatenate(
+                    [p.bias if p.bias is not None else np.zeros(p.w.shape[1], np.float32) for p in projs]
+                ).astype(np.float32)
+                wv = new_initializer(model, namer, f"{stem}_qkv_weight", w)
+                bv = new_initializer(model, namer, f"{stem}_qkv_bias", b)
+                attrs: dict = {"num_heads": info["num_heads"], "scale": float(m.scale)}
+                if mask_input is not None:
+                    attrs["mask_filter_value"] = float(filter_value)
+                inputs: list[ir.Value | None] = [projs[0].x, wv, bv, mask_input]
+                if bias_input is not None:
+                    inputs += [None, bias_input]
+                attn = ir.node("Attention", inputs, attrs, domain=MS_DOMAIN, name="")
+                for p in projs:
+                    consumed.extend(p.weight_values)
+            else:
+                attn = self._heads_attention(model, namer, m, info, bias_input, stem)
             out, flat = info["out"], info["flat_reshape"]
             model.graph.insert_before(latest(model, m.nodes), attn)
             if out is not None:
@@ -140,8 +162,6 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
                 attn.outputs[0].name = namer(f"{flat.inputs[0].name}_attn")
                 attn.outputs[0].type = flat.inputs[0].type
                 flat.replace_input_with(0, attn.outputs[0])
-            for p in projs:
-                consumed.extend(p.weight_values)
             for n in reversed(in_graph_order(model, m.nodes)):
                 if all(not o.uses() for o in n.outputs):
                     model.graph.remove(n, safe=True)
@@ -149,3 +169,23 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
         if fused:
             ensure_ms_import(model)
             remove_unused(model, consumed)
+
+    @staticmethod
+    def _heads_attention(model: ir.Model, namer: Namer, m: AttentionMatch, info: dict,
+                         bias_input: ir.Value | None, stem: str) -> ir.Node:
+        """Rule 7's MultiHeadAttention: the (B, N, S, H) query to (B, S, N·H) first (inserted
+        after the query's producer), key and value in their (B, N, S, H) form."""
+        q = info["q"]
+        tq = ir.node("Transpose", [q], {"perm": [0, 2, 1, 3]}, name="")
+        to3 = new_initializer(model, namer, f"{stem}_query_3d_shape", np.array([0, 0, -1], np.int64))
+        rq = ir.node("Reshape", [tq.outputs[0], to3], name="")
+        insert_early(model, rq, q)
+        insert_early(model, tq, q)
+        ctx = info["out"].name if info["out"] is not None else info["flat_reshape"].inputs[0].name
+        tq.outputs[0].name = namer(f"{ctx}_query_bsnh")
+        rq.outputs[0].name = namer(f"{ctx}_query_bsd")
+        attrs = {"num_heads": info["num_heads"], "scale": float(m.scale)}
+        inputs: list[ir.Value | None] = [rq.outputs[0], info["k"], info["v"]]
+        if bias_input is not None:
+            inputs += [None, None, bias_input]
+        return ir.node("MultiHeadAttention", inputs, attrs, domain=MS_DOMAIN, name="")

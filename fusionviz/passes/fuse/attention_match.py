@@ -224,8 +224,8 @@ class AttentionMatch:
         self.nodes: list[ir.Node] = []
         self.scale = 1.0
         self.mask: ir.Value | None = None
-        #: rule 5's constant reshape targets (T1, T2), checked against the head shape
-        self.key_targets: tuple[list[int], list[int]] | None = None
+        #: rule 5's key and constant reshape targets (k, T1, T2), checked against the head shape
+        self.key_targets: tuple[ir.Value, list[int], list[int]] | None = None
 
 
 def _shape_slice(v: ir.Value, src: ir.Value) -> list[tuple[str, int]] | None:
@@ -287,38 +287,49 @@ def _swap_last_two(kt: ir.Value, m: AttentionMatch) -> tuple[ir.Value, tuple[lis
     raise Reject("the key's 3-D transpose reshapes are neither constants nor the swap of its last two dims", r1)
 
 
-def _match_key(kt: ir.Value, m: AttentionMatch) -> tuple[ir.Node, ir.Node, float]:
-    """K^T as (B, N, H, S): one Transpose(0,2,3,1), Transpose(0,1,3,2)∘Transpose(0,2,1,3), or
-    the 3-D form of rule 5 over Transpose(0,2,1,3)."""
+def _match_key(kt: ir.Value, m: AttentionMatch) -> tuple[ir.Value, str, float]:
+    """K^T as (B, N, H, S) from the key: ``(k, "BNSH", f)`` for Transpose(0,1,3,2) or rule 5's
+    3-D form over a (B, N, S, H) key ``k``; ``(kt, "BSNH", f)`` when ``kt`` is one
+    Transpose(0,2,3,1) of a (B, S, N, H) key. ``f``: the scalar scales peeled on the way."""
     kt, f1, n1 = peel_scale(kt)
     m.nodes += n1
     if produced_by(kt, "Reshape") is not None:
         k, targets = _swap_last_two(kt, m)
-        m.key_targets = targets
+        m.key_targets = None if targets is None else (k, *targets)
         inner, f2, n2 = peel_scale(k)
         m.nodes += n2
-        t2, r = _heads(inner, [0, 2, 1, 3], "key heads")
-        return t2, r, f1 * f2
+        return inner, "BNSH", f1 * f2
     t = need(kt, "Transpose", "key transpose")
     perm = perm_of(t)
     if perm == [0, 2, 3, 1]:
-        t2, r = _heads(kt, [0, 2, 3, 1], "key heads")
-        return t2, r, f1
+        return kt, "BSNH", f1
     if perm == [0, 1, 3, 2]:
         if not single_use(t.inputs[0]):
             raise other_uses(t.inputs[0], "key heads", t)
         m.nodes.append(t)
         inner, f2, n2 = peel_scale(t.inputs[0])
         m.nodes += n2
-        t2, r = _heads(inner, [0, 2, 1, 3], "key heads")
-        return t2, r, f1 * f2
+        return inner, "BNSH", f1 * f2
     raise Reject(f"key transpose perm {perm} is not a key transpose")
 
 
-def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = None) -> tuple[AttentionMatch, dict]:
-    """Match the block around ``softmax`` (rule 1); ``m`` collects the nodes matched so far,
-    which a :class:`Reject` leaves there for the near-miss report."""
-    m = AttentionMatch() if m is None else m
+class Core:
+    """The part every attention form shares: ``Softmax(α·Q·Kᵀ [+ mask]) [guard] · V``, its
+    context transposed back and reshaped to (B, S, hidden) or (B·S, hidden)."""
+
+    def __init__(self) -> None:
+        self.guard: tuple[ir.Node, ir.Node] | None = None
+        self.ctx_mm: ir.Node
+        self.ctx_r: ir.Node
+        self.flat: list[int] | None = None
+        self.q: ir.Value
+        self.k: ir.Value
+        self.key_layout = "BNSH"
+        self.v: ir.Value
+
+
+def _match_core(softmax: ir.Node, opset: int, m: AttentionMatch) -> Core:
+    c = Core()
     axis = softmax.attributes.get("axis")
     axis_v = axis.value if axis is not None else (-1 if opset >= 13 else 1)
     if axis_v not in (-1, 3):
@@ -326,7 +337,7 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
     m.nodes.append(softmax)
     # softmax [-> Where(IsNaN(p), 0, p)] -> MatMul(probs, V) -> Transpose(0,2,1,3) -> Reshape(B,S,hidden)
     probs = softmax.outputs[0]
-    guard = nan_guard(probs)
+    c.guard = guard = nan_guard(probs)
     if guard is not None:
         m.nodes += guard
         probs = guard[1].outputs[0]
@@ -339,6 +350,7 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
         kind = "qdq" if ctx_mm.op_type in ("QuantizeLinear", "DequantizeLinear") else "form"
         raise Reject(f"Softmax is followed by {ctx_mm.op_type}, not MatMul(probs, V)", ctx_mm, kind=kind)
     m.nodes.append(ctx_mm)
+    c.ctx_mm = ctx_mm
     if not single_use(ctx_mm.outputs[0]):
         raise other_uses(ctx_mm.outputs[0], "context", *[u.node for u in ctx_mm.outputs[0].uses()][:1])
     ctx_t = ctx_mm.outputs[0].uses()[0].node
@@ -354,7 +366,7 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
                          "reshaped back to (B, S, hidden)", users[0] if users else ctx_t, kind="form")
         raise other_uses(ctx_t.outputs[0], "transposed context", *reshapes[:1],
                          *[n for n in users if n.op_type == "Shape"])
-    ctx_r = reshapes[0]
+    ctx_r = c.ctx_r = reshapes[0]
     if ctx_r.inputs[0] is not ctx_t.outputs[0]:
         raise Reject("context is not reshaped back to (B, S, hidden)", ctx_r, kind="form")
     tgt = const_value(ctx_r.inputs[1])
@@ -363,12 +375,11 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
     out_shape = ctx_r.outputs[0].shape
     if rank is None and out_shape is not None:
         rank = len(out_shape)
-    flat = None
     if rank == 2:
         # torch writes GPT-2's context straight to (B·S, hidden) for its Gemm (rule 6): the
         # Reshape stays and reads the fused (B, S, hidden) output instead
-        flat = tgt.reshape(-1).tolist() if tgt is not None else None
-        if flat is None or flat[0] != -1:
+        c.flat = tgt.reshape(-1).tolist() if tgt is not None else None
+        if c.flat is None or c.flat[0] != -1:
             raise Reject("context reshape target is 2-D but not (-1, hidden)", ctx_r)
     elif rank != 3:
         raise Reject("context reshape target is not 3-D (B, S, hidden)")
@@ -393,13 +404,53 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
     m.nodes.append(qk)
     if not single_use(qk.outputs[0]):
         raise other_uses(qk.outputs[0], "QK^T", *[u.node for u in qk.outputs[0].uses()][:1])
-    q, fq, nq = peel_scale(qk.inputs[0])
+    c.q, fq, nq = peel_scale(qk.inputs[0])
     m.nodes += nq
-    qt, qr = _heads(q, [0, 2, 1, 3], "query heads")
-    kt, kr, fk = _match_key(qk.inputs[1], m)
-    vt, vr = _heads(ctx_mm.inputs[1], [0, 2, 1, 3], "value heads")
-    m.nodes += [qt, qr, kt, kr, vt, vr]
+    c.k, c.key_layout, fk = _match_key(qk.inputs[1], m)
+    c.v = ctx_mm.inputs[1]
     m.scale = post * fq * fk
+    return c
+
+
+def _check_guard(c: Core, m: AttentionMatch, kernel: str) -> None:
+    """Rule 3, then a constant all-zero mask dropped (ViT's, once folded)."""
+    if c.guard is not None and not _finite_mask(m.mask):
+        raise Reject("torch's IsNaN/Where guard after Softmax makes a fully masked row's probabilities 0, and the "
+                     f"mask may hold -inf there, where the fused {kernel} kernel gives NaN",
+                     c.guard[0], kind="other_uses",
+                     hint="a mask built from finite values (such as the dtype's minimum instead of -inf) "
+                          "lets the guard go: it is then a no-op")
+    if m.mask is not None and _zero_mask(m.mask):
+        m.mask = None
+
+
+def _check_key_targets(m: AttentionMatch, n_heads: int, head_size: int) -> None:
+    """Rule 5 with constant targets: (B·N | -1, S, H) and (B, N, H, S) for the key's own (B, N, S, H)."""
+    if m.key_targets is None:
+        return
+    k, t1, t2 = m.key_targets
+    ok = (len(t1) == 3 and len(t2) == 4 and t1[2] == head_size and t2[1:3] == [n_heads, head_size]
+          and t2[3] == t1[1] and t2[0] > 0 and t1[0] in (-1, t2[0] * n_heads))
+    dims = list(k.shape.dims) if k.shape is not None else []
+    if ok and not (len(dims) == 4 and dims[0] == t2[0] and dims[2] == t1[1]):
+        ok = False  # without the key's batch and length the targets could regroup rows
+    if not ok:
+        raise Reject(f"the key's 3-D transpose targets {t1}, {t2} are not (B·N, S, H) and (B, N, H, S) of "
+                     f"its shape {dims or 'unknown'}")
+
+
+def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = None) -> tuple[AttentionMatch, dict]:
+    """Match the block around ``softmax`` (rule 1); ``m`` collects the nodes matched so far,
+    which a :class:`Reject` leaves there for the near-miss report."""
+    m = AttentionMatch() if m is None else m
+    c = _match_core(softmax, opset, m)
+    qt, qr = _heads(c.q, [0, 2, 1, 3], "query heads")
+    if c.key_layout == "BNSH":
+        kt, kr = _heads(c.k, [0, 2, 1, 3], "key heads")
+    else:
+        kt, kr = _heads(c.k, [0, 2, 3, 1], "key heads")
+    vt, vr = _heads(c.v, [0, 2, 1, 3], "value heads")
+    m.nodes += [qt, qr, kt, kr, vt, vr]
     heads = [_reshape_heads(r) for r in (qr, kr, vr)]
     projs = packed_projections([qr.inputs[0], kr.inputs[0], vr.inputs[0]])
     if projs is None:
@@ -416,25 +467,45 @@ def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = Non
         if p.w.shape[1] != n_heads * head_size:
             raise Reject(f"projection width {p.w.shape[1]} != heads {n_heads} x {head_size}")
         m.nodes += p.nodes
-    if m.key_targets is not None:
-        t1, t2 = m.key_targets
-        if len(t1) != 3 or t1[1:] != [t2[3] if len(t2) == 4 else None, head_size] or len(t2) != 4 or \
-                t2[1:3] != [n_heads, head_size] or t2[0] <= 0 or t1[0] not in (-1, t2[0] * n_heads):
-            raise Reject(f"the key's 3-D transpose targets {t1}, {t2} are not (B·N, S, H) and (B, N, H, S)")
-    if flat is not None and flat[1] != n_heads * head_size:
-        raise Reject(f"context reshape target {flat} is not (-1, {n_heads * head_size})", ctx_r)
+    _check_key_targets(m, n_heads, head_size)
+    if c.flat is not None and c.flat[1] != n_heads * head_size:
+        raise Reject(f"context reshape target {c.flat} is not (-1, {n_heads * head_size})", c.ctx_r)
     if not float32_or_unknown(projs[0].x):
         raise Reject("attention input is not float32")
-    if guard is not None and not _finite_mask(m.mask):
-        raise Reject("torch's IsNaN/Where guard after Softmax makes a fully masked row's probabilities 0, and the "
-                     "mask may hold -inf there, where the fused Attention kernel gives NaN",
-                     guard[0], kind="other_uses",
-                     hint="a mask built from finite values (such as the dtype's minimum instead of -inf) "
-                          "lets the guard go: it is then a no-op")
-    if m.mask is not None and _zero_mask(m.mask):
-        m.mask = None  # a constant all-zero mask adds nothing (ViT's, once folded)
+    _check_guard(c, m, "Attention")
     return m, {"projs": projs, "num_heads": n_heads, "head_size": head_size,
-               "out": ctx_r.outputs[0] if flat is None else None, "flat_reshape": ctx_r if flat is not None else None}
+               "out": c.ctx_r.outputs[0] if c.flat is None else None,
+               "flat_reshape": c.ctx_r if c.flat is not None else None}
+
+
+def match_heads_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = None) -> tuple[AttentionMatch, dict]:
+    """Rule 7: the core alone, over Q, K, V that are any (B, N, S, H) tensors — rotary
+    embeddings applied to Q and K, K and V repeated over grouped query heads (Llama, Qwen2) —
+    for ``com.microsoft.MultiHeadAttention``: the query goes in as (B, S, N·H) (a Transpose and
+    a Reshape are added), the key and value as they are (the kernel's BNSH key/value form)."""
+    m = AttentionMatch() if m is None else m
+    c = _match_core(softmax, opset, m)
+    if c.key_layout != "BNSH":
+        raise Reject("the key is transposed from (B, S, N, H) in one step; MultiHeadAttention's 4-D key is "
+                     "(B, N, S, H)")
+    shapes = [list(v.shape.dims) if v.shape is not None else None for v in (c.q, c.k, c.v)]
+    if any(sh is None or len(sh) != 4 for sh in shapes):
+        raise Reject(f"Q, K, V shapes {shapes} are not all known 4-D (B, N, S, H)")
+    qs, ks, vs = shapes
+    n_heads, head_size = qs[1], qs[3]
+    if not (isinstance(n_heads, int) and isinstance(head_size, int)):
+        raise Reject(f"query shape {qs} does not give the head count and size")
+    if ks[1] != n_heads or vs[1] != n_heads or ks[3] != head_size or vs[3] != head_size:
+        raise Reject(f"Q, K, V shapes {shapes} do not share heads and head size")
+    if any(not float32_or_unknown(v) for v in (c.q, c.k, c.v)):
+        raise Reject("attention inputs are not float32")
+    _check_key_targets(m, n_heads, head_size)
+    if c.flat is not None and c.flat[1] != n_heads * head_size:
+        raise Reject(f"context reshape target {c.flat} is not (-1, {n_heads * head_size})", c.ctx_r)
+    _check_guard(c, m, "MultiHeadAttention")
+    return m, {"q": c.q, "k": c.k, "v": c.v, "num_heads": n_heads, "head_size": head_size,
+               "out": c.ctx_r.outputs[0] if c.flat is None else None,
+               "flat_reshape": c.ctx_r if c.flat is not None else None}
 
 
 def nan_guard(probs: ir.Value) -> tuple[ir.Node, ir.Node] | None:
