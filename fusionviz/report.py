@@ -93,7 +93,8 @@ def _fmt_scalar(v: Any) -> str:
 def cli_command(model: str, passes: Sequence[str], *, shapes: Mapping[str, Sequence[int]] | None = None,
                 values: Mapping[str, float | int | bool] | None = None, inputs_file: str | None = None,
                 output: str = DEFAULT_OUTPUT, freeze: Mapping[str, Any] | None = None,
-                rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> str | None:
+                rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+                keep_fp32: Sequence[str] = ()) -> str | None:
     """The ``optimize`` command that reproduces a result (rule 3).
 
     Args:
@@ -105,6 +106,7 @@ def cli_command(model: str, passes: Sequence[str], *, shapes: Mapping[str, Seque
         output: the output file name.
         freeze: inputs made constants (``--freeze``): their values.
         rtol, atol: the verification's tolerances (written when not the defaults).
+        keep_fp32: nodes the precision passes kept in float32 on request (``--keep-fp32``).
 
     Returns:
         One shell line, or None when no pass is selected (the CLI always runs at least one:
@@ -120,6 +122,8 @@ def cli_command(model: str, passes: Sequence[str], *, shapes: Mapping[str, Seque
         parts += ["--input", f"{name}={_fmt_value(value)}"]
     if inputs_file:
         parts += ["--inputs", os.path.basename(inputs_file)]
+    if keep_fp32:
+        parts += ["--keep-fp32", ",".join(keep_fp32)]
     for name, value in sorted((freeze or {}).items()):
         parts += ["--freeze", f"{name}={_fmt_scalar(value)}"]
     if rtol != DEFAULT_RTOL:

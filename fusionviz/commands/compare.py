@@ -88,6 +88,28 @@ def run(args) -> int:
             print(f"  {_fmt(d.max_rel_diff)} {_fmt(d.max_abs_diff)} {d.cosine:9.6f} {d.new_nonfinite:7d}  "
                   f"{'ok' if d.ok else 'BEYOND':<7}  {printable(p.name, NAME_CHARS)} "
                   f"({printable(f'{p.op_a} {p.node_a}', NAME_CHARS)} -> {printable(b_node, NAME_CHARS)})")
+    _say_losses(result, a.proto, args.top)
     for note in result.notes:
         print(f"note: {printable(note, 400)}")
     return 0
+
+
+def _say_losses(result, reference, top: int) -> None:
+    """Where the error appears (:mod:`fusionviz.lossy`): the nodes of A that add the most, and the
+    ``--keep-fp32`` list for a precision pass, when anything is beyond tolerance."""
+    from fusionviz.lossy import keep_fp32, node_losses
+
+    if result.first_divergence is None or top == 0:
+        return
+    losses = [x for x in node_losses(result, reference) if x.added > 0][:top]
+    if not losses:
+        return
+    print(f"nodes of A that add the most error ({len(losses)}; relative error sqrt(2(1-cosine)) of the output "
+          "less the inputs'):")
+    print(f"  {'added':>9} {'error':>9}  node -> tensor")
+    for x in losses:
+        print(f"  {x.added:9.2e} {x.error:9.2e}  {printable(f'{x.op} {x.node}', NAME_CHARS)} -> "
+              f"{printable(x.tensor, NAME_CHARS)}")
+    keep = keep_fp32(losses, rtol=result.rtol)
+    if keep:
+        print(f"to keep them in float32 through a precision pass: --keep-fp32 {','.join(keep)}")

@@ -33,6 +33,9 @@ def register(sub) -> None:
                    help="write the report; the extension picks the format: .json (data), .html (one self-contained "
                         "page with both graphs, the passes, near misses, verification, environment), .md")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
+    p.add_argument("--keep-fp32", metavar="NODE,NODE", default=None,
+                   help="precision passes (fp16, int8_*) keep these nodes in float32 (compare of the original "
+                        "and a precision result lists the nodes that add the most error)")
     p.add_argument("--no-bisect", action="store_true",
                    help="when verification fails, fail (exit 3) instead of finding the passes responsible and "
                         "delivering the verified rest without them")
@@ -46,6 +49,7 @@ def run(args) -> int:
     from fusionviz import report as R
     from fusionviz import verify  # heavy imports only when the command runs
     from fusionviz.passes import registry, run_pipeline
+    from fusionviz.passes.precision.keep import keeping_fp32
 
     if args.report and R.format_of(args.report) is None:  # before any work
         raise errors.InputSpecError(f"--report must end in .json, .html or .md, not '{args.report}'.")
@@ -59,8 +63,11 @@ def run(args) -> int:
     passes = registry.resolve(names)  # validates names before any work
     loaded, plan, shapes, _ = common.load_with_plan(args, run_check=not args.no_verify)  # before any pass runs
     frozen = common.freeze_of(args, plan)
-    result = run_pipeline(loaded.proto, [p.name for p in passes], keep_snapshots=False,
-                          shapes=shapes, freeze=frozen, progress=lambda i, n, name: common.progress(f"[{i}/{n}] {name}") if i < n else None)
+    keep = _keep_fp32(args, loaded.proto, passes)
+    with keeping_fp32(keep):
+        result = run_pipeline(loaded.proto, [p.name for p in passes], keep_snapshots=False, shapes=shapes,
+                              freeze=frozen,
+                              progress=lambda i, n, name: common.progress(f"[{i}/{n}] {name}") if i < n else None)
     _say_reports(result)
     code = 0
     v = found = None
@@ -95,6 +102,22 @@ def run(args) -> int:
     return 0
 
 
+def _keep_fp32(args, model, passes) -> list[str]:
+    """``--keep-fp32``'s node names, each checked against the model (one line when one is unknown)."""
+    names = [n.strip() for n in (args.keep_fp32 or "").split(",") if n.strip()]
+    if not names:
+        return []
+    if all(p.exact for p in passes):
+        raise errors.InputSpecError("--keep-fp32 is for precision passes (fp16, int8_dynamic, int8_static); "
+                                    "none is selected.")
+    known = {n.name for n in model.graph.node}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise errors.InputSpecError(f"--keep-fp32: no node named {', '.join(repr(n) for n in unknown[:5])} in the "
+                                    "model (names as 'compare' or 'info' print them).")
+    return names
+
+
 def _report(args, loaded, plan, shapes, names, result, v, found) -> dict:
     """The report (``fusionviz.report.build``, the app's schema) with the command that reproduces the run."""
     from fusionviz import report as R
@@ -104,7 +127,8 @@ def _report(args, loaded, plan, shapes, names, result, v, found) -> dict:
     is_sample = args.model in samples.sample_names() and not Path(args.model).exists()
     command = R.cli_command(args.model, names, shapes=shapes, values=parse_values(args.input_values),
                             inputs_file=args.inputs_file, output=args.output,
-                            freeze=parse_values(getattr(args, "freeze", None)), rtol=args.rtol, atol=args.atol)
+                            freeze=parse_values(getattr(args, "freeze", None)), rtol=args.rtol, atol=args.atol,
+                            keep_fp32=[n.strip() for n in (args.keep_fp32 or "").split(",") if n.strip()])
     return R.build(model_name=loaded.name, sha256=loaded.sha256, source="sample" if is_sample else "file",
                    result=result, plan=plan, verification=v, bisect=found, command=command)
 

@@ -16,6 +16,7 @@ from fusionviz.passes.guards import (
     fp16_underflow,
     singular_path,
 )
+from fusionviz.passes.precision.keep import REASON, requested
 from fusionviz.passes.precision.kernels import fp16_refusals
 from fusionviz.passes.precision.ranges import overflowing_nodes
 from fusionviz.passes.precision.tool_pass import ToolPass
@@ -149,7 +150,9 @@ node that makes or reads an activation that reaches half of that on the verifica
 (the fp32 model is run once per input set to find them: a dense layer on 0-255 byte
 embeddings reaches 1.7e6, infinite in fp16), and any node onnxruntime cannot run in fp16
 (asked of onnxruntime with a one-node model per kind of node: ScatterElements with
-`reduction="add"` has no fp16 kernel on CPU); those are listed as near misses.
+`reduction="add"` has no fp16 kernel on CPU); those are listed as near misses. And the nodes
+you name (`optimize --keep-fp32 a,b`; `compare` of the original and the fp16 result lists the
+nodes that add the most error).
 Two fp32 nodes in a row pass their value in fp32 (no fp16 round trip between them).
 """
 
@@ -161,6 +164,10 @@ Two fp32 nodes in a row pass their value in fp32 (no fp16 round trip between the
         for name, why in fp16_refusals(proto, blocked_ops(), keep).items():
             keep[name] = why
             nearmiss.note([name], name, f"kept float32: {why}", kind="no_kernel", rule="fp16")
+        names = {n.name for g in model.graphs() for n in g}
+        for name in requested():
+            if name in names:
+                keep.setdefault(name, REASON)
         for name, why in list(keep.items())[:10]:
             logger.info("fp16: node %s stays fp32: %s", name, why)
         return {"node_block_list": sorted(keep)}

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import onnx
 import onnx_ir as ir
 
+from fusionviz.passes.precision.keep import requested
 from fusionviz.passes.precision.tool_pass import ToolPass
 from fusionviz.passes.precision.tools import guard_nodes, quiet_tools
 
@@ -41,7 +42,7 @@ The error vs fp32 is reported, not verified.
 """
 
     def prepare(self, model: ir.Model) -> dict:
-        return {"nodes_to_exclude": sorted(guard_nodes(model))}
+        return {"nodes_to_exclude": sorted(set(guard_nodes(model)) | set(requested()))}
 
     def convert(self, proto: onnx.ModelProto, nodes_to_exclude: Iterable[str] = ()) -> onnx.ModelProto:
         return quantize_int8_dynamic(proto, nodes_to_exclude)

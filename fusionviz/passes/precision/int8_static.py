@@ -11,6 +11,7 @@ import onnx
 import onnx_ir as ir
 
 from fusionviz.passes.precision.error import CALIBRATION_SAMPLES
+from fusionviz.passes.precision.keep import requested
 from fusionviz.passes.precision.tool_pass import ToolPass
 from fusionviz.passes.precision.tools import guard_nodes, quiet_tools
 
@@ -79,7 +80,7 @@ cosine, top-1) tells you; calibrate on real inputs for deployment.
 """
 
     def prepare(self, model: ir.Model) -> dict:
-        return {"nodes_to_exclude": sorted(guard_nodes(model))}
+        return {"nodes_to_exclude": sorted(set(guard_nodes(model)) | set(requested()))}
 
     def convert(self, proto: onnx.ModelProto, nodes_to_exclude: Iterable[str] = ()) -> onnx.ModelProto:
         return quantize_int8_static(proto, nodes_to_exclude=nodes_to_exclude)
