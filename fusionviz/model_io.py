@@ -26,12 +26,25 @@ Every model walk here is iterative (explicit stack), so deeply nested If/Loop su
 cause a RecursionError; protobuf itself refuses messages nested deeper than 100 levels, which is
 reported as such.
 
-A content hash (sha256 over the deterministic serialization, external data inlined) identifies a
-model for caching.
+9. Weights stay on disk for a big model (``Limits.weights_on_disk_bytes``): its external data is
+   checked (rule 3) but not read, and a one-file model's large embedded initializers are moved
+   to a data file in a folder fusionviz owns (deleted when the process ends). The in-memory
+   proto then holds the graph and small tensors only; main-graph initializers of at least
+   ``ON_DISK_MIN_TENSOR`` bytes are external references, and the folder they are relative to is
+   the model's ``fusionviz.weights_dir`` metadata entry (:func:`weights_dir`), which every
+   consumer of the tensors reads: the passes (onnx-ir memory-maps them), onnxruntime sessions
+   (:func:`ort_session_config`), :func:`save_model` (copies the bytes into the result's own
+   data file and drops the entry). A model's own ``fusionviz.weights_dir`` entry is removed on
+   load: only fusionviz sets it, after rule 3. Smaller models are read into memory as before.
+
+A content hash identifies a model for caching: sha256 over the deterministic serialization
+(external data inlined), or, with weights on disk, over the graph with the tensors' places
+(file, offset, length) and each data file's size and modification time (:func:`model_hash`).
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import heapq
@@ -73,9 +86,32 @@ def _env_number(name: str, default: float, scale: int = 1) -> int:
 _RAISE_MODEL = " (set FUSIONVIZ_MAX_MODEL_MB to raise it)"
 _RAISE_ARCHIVE = " (set FUSIONVIZ_MAX_ARCHIVE_MB to raise it)"
 
+#: The metadata entry naming the folder a model's external tensors are relative to (rule 9).
+WEIGHTS_DIR_KEY = "fusionviz.weights_dir"
+#: With weights on disk, main-graph initializers of at least this many bytes stay there; smaller
+#: ones (shape constants, biases) are read into memory, where shape inference can see them.
+ON_DISK_MIN_TENSOR = 1 << 20
+#: Page alignment of tensors in data files fusionviz writes (onnxruntime memory-maps aligned ones).
+_ALIGN = 4096
+#: protobuf cannot serialize a message of 2 GiB or more; above this a model is saved with external data.
+PROTO_MAX_BYTES = 1_800_000_000
+
 
 def _env_mb(name: str, default: float) -> int:
     return _env_number(name, default, 1024 * 1024)
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory of this machine (0 when unknown)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def default_model_mb() -> float:
+    """The default model-size limit in MB: half this machine's memory, at least 500 MB."""
+    return max(500.0, machine_memory_bytes() / 2 / 1024 / 1024)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,36 +120,46 @@ class Limits:
 
     Attributes:
         max_model_bytes: largest model file or upload, external data included
-            [FUSIONVIZ_MAX_MODEL_MB, default 500].
+            [FUSIONVIZ_MAX_MODEL_MB, default half the machine's memory, at least 500].
         max_archive_bytes: largest zip, and largest total uncompressed size of its members
-            [FUSIONVIZ_MAX_ARCHIVE_MB, 1000].
+            [FUSIONVIZ_MAX_ARCHIVE_MB, the model limit's default, at least 1000].
         max_archive_ratio: largest uncompressed/compressed ratio of a zip member above 1 MB
             (zip bombs) [FUSIONVIZ_MAX_ARCHIVE_RATIO, 200].
-        max_archive_members: most members in a zip.
+        max_archive_members: most members in a zip [FUSIONVIZ_MAX_ARCHIVE_MEMBERS, 10000].
         max_nodes: most nodes (subgraphs included) a model may have [FUSIONVIZ_MAX_NODES, 200000].
+        weights_on_disk_bytes: a model whose weights (external data, or a one-file model's
+            initializers) total at least this keeps them on disk (rule 9)
+            [FUSIONVIZ_WEIGHTS_ON_DISK_MB, 256].
     """
 
     max_model_bytes: int = dataclasses.field(
-        default_factory=lambda: _env_mb("FUSIONVIZ_MAX_MODEL_MB", 500)
+        default_factory=lambda: _env_mb("FUSIONVIZ_MAX_MODEL_MB", default_model_mb())
     )
     max_archive_bytes: int = dataclasses.field(
-        default_factory=lambda: _env_mb("FUSIONVIZ_MAX_ARCHIVE_MB", 1000)
+        default_factory=lambda: _env_mb("FUSIONVIZ_MAX_ARCHIVE_MB", max(1000.0, default_model_mb()))
     )
     max_archive_ratio: float = dataclasses.field(
         default_factory=lambda: float(_env_number("FUSIONVIZ_MAX_ARCHIVE_RATIO", 200))
     )
-    max_archive_members: int = 10_000
+    max_archive_members: int = dataclasses.field(
+        default_factory=lambda: _env_number("FUSIONVIZ_MAX_ARCHIVE_MEMBERS", 10_000)
+    )
     max_nodes: int = dataclasses.field(
         default_factory=lambda: _env_number("FUSIONVIZ_MAX_NODES", 200_000)
+    )
+    weights_on_disk_bytes: int = dataclasses.field(
+        default_factory=lambda: _env_mb("FUSIONVIZ_WEIGHTS_ON_DISK_MB", 256)
     )
 
 
 @dataclasses.dataclass(frozen=True)
 class LoadedModel:
-    """A checked model, external data inlined, with its content hash.
+    """A checked model with its content hash.
 
     Attributes:
-        proto: the model; its external data (if any) is inlined.
+        proto: the model; its external data is inlined, except for a big model whose weights
+            stay on disk (rule 9: large initializers are external references relative to
+            :attr:`weights_dir`).
         name: file name for display (no folders).
         sha256: content hash of ``proto`` (see :func:`model_hash`).
         size_bytes: bytes read: the model file plus its external data.
@@ -132,18 +178,108 @@ class LoadedModel:
         """The first 12 hex digits of :attr:`sha256`."""
         return self.sha256[:12]
 
+    @property
+    def weights_dir(self) -> str | None:
+        """The folder its weights stay in (rule 9), or None when they are in memory."""
+        return weights_dir(self.proto)
+
+
+def weights_dir(model: onnx.ModelProto) -> str | None:
+    """Rule 9: the folder ``model``'s external tensors are relative to, or None (all in memory)."""
+    for p in model.metadata_props:
+        if p.key == WEIGHTS_DIR_KEY:
+            return p.value
+    return None
+
+
+def _drop_weights_dir(model: onnx.ModelProto) -> None:
+    keep = [(p.key, p.value) for p in model.metadata_props if p.key != WEIGHTS_DIR_KEY]
+    if len(keep) != len(model.metadata_props):
+        del model.metadata_props[:]
+        for k, v in keep:
+            model.metadata_props.add(key=k, value=v)
+
+
+def _set_weights_dir(model: onnx.ModelProto, folder: Path) -> None:
+    _drop_weights_dir(model)
+    model.metadata_props.add(key=WEIGHTS_DIR_KEY, value=str(folder))
+
+
+def ort_session_config(model: onnx.ModelProto | None = None, *,
+                       folder: str | None = None) -> dict[str, str]:
+    """Session config entries onnxruntime needs to read ``model``'s weights from disk (rule 9).
+
+    A model given as bytes has its external data read from ``folder``; prepacking is off then
+    (it would copy every MatMul weight into memory beside the mapped file). Empty when the
+    weights are in memory.
+    """
+    folder = folder or (weights_dir(model) if model is not None else None)
+    if not folder:
+        return {}
+    return {"session.model_external_initializers_file_folder_path": folder,
+            "session.disable_prepacking": "1"}
+
+
+def _external_place(t: onnx.TensorProto) -> tuple[str, int, int | None]:
+    info = {e.key: e.value for e in t.external_data}
+    length = info.get("length")
+    return info.get("location", ""), int(info.get("offset") or 0), int(length) if length else None
+
+
+def _without_field(msg, skip: str):
+    """A copy of ``msg`` without its field ``skip`` (the rest copied field by field)."""
+    out = type(msg)()
+    for fd, value in msg.ListFields():
+        if fd.name == skip:
+            continue
+        target = getattr(out, fd.name)
+        if fd.type == fd.TYPE_MESSAGE:
+            repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+            if repeated:
+                target.extend(value)
+            else:
+                target.CopyFrom(value)
+        elif hasattr(target, "extend") and not isinstance(target, (str, bytes)):
+            target.extend(value)
+        else:
+            setattr(out, fd.name, value)
+    return out
+
 
 def model_hash(model: onnx.ModelProto) -> str:
     """Content hash of a model.
 
     Args:
-        model: the model (external data should be inlined, as :func:`load_path` does).
+        model: the model, as :func:`load_path` returns it.
 
     Returns:
         sha256 hex digest of the deterministic serialization: equal models (same fields, any
-        source) give equal hashes; any change in graph, weights or metadata changes it.
+        source) give equal hashes; any change in graph, weights or metadata changes it. With
+        weights on disk (rule 9) the serialization holds each tensor's place (file, offset,
+        length), and each data file's size and modification time are hashed too. A model too big
+        for one protobuf message is hashed initializer by initializer.
     """
-    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+    h = hashlib.sha256()
+    if model.ByteSize() < PROTO_MAX_BYTES:
+        h.update(model.SerializeToString(deterministic=True))
+    else:
+        graph = _without_field(model.graph, "initializer")
+        rest = _without_field(model, "graph")
+        h.update(rest.SerializeToString(deterministic=True))
+        h.update(graph.SerializeToString(deterministic=True))
+        for t in model.graph.initializer:
+            h.update(t.SerializeToString(deterministic=True))
+    folder = weights_dir(model)
+    if folder:
+        files = sorted({_external_place(t)[0] for t in iter_tensors(model)
+                        if t.data_location == onnx.TensorProto.EXTERNAL})
+        for loc in files:
+            try:
+                st = (Path(folder) / loc).stat()
+                h.update(f"{loc}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+            except OSError:
+                h.update(f"{loc}\0missing\0".encode())
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- public entry points
@@ -235,29 +371,117 @@ def load_bytes(data: bytes, *, name: str = "upload.onnx", limits: Limits | None 
     return _finish(model, name=name, size=len(data), source="upload", limits=limits, check=check)
 
 
-def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
-    """Save a model; weights go to an external file only when the proto would exceed 2 GB.
+def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, external: bool | None = None) -> Path:
+    """Save a model, its large weights in ``<name>.data`` next to it when asked or needed.
 
     Args:
         model: the model to write.
         path: destination ``.onnx`` path (folders are created).
+        external: True: main-graph initializers of at least ``ON_DISK_MIN_TENSOR`` bytes go to
+            ``<name>.data``; False: one file; None (default): external when the model keeps its
+            weights on disk (rule 9) or would exceed protobuf's limit as one file.
 
     Returns:
-        The path written.
+        The path written (:func:`save_model_files` also says whether a data file was).
 
     Raises:
         errors.InputSpecError: the destination cannot be written.
     """
+    return save_model_files(model, path, external=external)[0]
+
+
+def save_model_files(model: onnx.ModelProto, path: str | os.PathLike, *,
+                     external: bool | None = None) -> tuple[Path, Path | None]:
+    """:func:`save_model`, returning ``(model file, data file or None)``."""
     p = Path(path)
+    if external is None:
+        external = weights_dir(model) is not None or model.ByteSize() > PROTO_MAX_BYTES
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        if model.ByteSize() > 1_800_000_000:
-            onnx.save_model(model, str(p), save_as_external_data=True, location=p.name + ".data")
+        if external:
+            external = _save_external(model, p)
         else:
+            if weights_dir(model) is not None:
+                raise errors.InputSpecError(
+                    f"Cannot write '{_short(str(p))}' as one file: its weights stay on disk; save it with "
+                    "external data.")
             p.write_bytes(model.SerializeToString())
     except OSError as exc:
         raise errors.InputSpecError(f"Cannot write '{_short(str(p))}': {exc.strerror}.") from None
-    return p
+    return p, data_file_of(p) if external else None
+
+
+def data_file_of(path: str | os.PathLike) -> Path:
+    """The data file :func:`save_model` writes beside ``path`` (it exists only when it did)."""
+    p = Path(path)
+    return p.with_name(p.name + ".data")
+
+
+def _save_external(model: onnx.ModelProto, p: Path) -> bool:
+    """Write ``model`` with its large main-graph initializers in ``<name>.data``: external ones
+    copied from where they are (rule 9), in chunks, inline ones moved out; ``model`` itself is
+    not changed (snapshots share it). The data file is written beside and renamed at the end, so
+    saving over the model's own files reads them whole first. False when no tensor was large
+    enough to go there (then no data file is written)."""
+    folder = weights_dir(model)
+    data_file = data_file_of(p)
+    partial = data_file.with_name(data_file.name + ".partial")
+    out = _without_field(model, "graph")
+    _drop_weights_dir(out)
+    graph = _without_field(model.graph, "initializer")
+    sources: dict[str, io.BufferedReader] = {}
+    offset = 0
+    try:
+        with open(partial, "wb") as f:
+            for t in model.graph.initializer:
+                is_ext = t.data_location == onnx.TensorProto.EXTERNAL
+                if not is_ext and len(t.raw_data) < ON_DISK_MIN_TENSOR:
+                    graph.initializer.add().CopyFrom(t)
+                    continue
+                new = graph.initializer.add()
+                new.CopyFrom(_without_field(t, "raw_data" if not is_ext else "external_data"))
+                new.ClearField("data_location")
+                pad = -offset % _ALIGN
+                f.write(b"\0" * pad)
+                offset += pad
+                if is_ext:
+                    loc, start, length = _external_place(t)
+                    if folder is None:
+                        raise errors.InputSpecError(
+                            f"Cannot write '{_short(str(p))}': tensor '{_short(t.name, 60)}' refers to external data "
+                            "fusionviz did not load.")
+                    src = sources.get(loc)
+                    if src is None:
+                        src = sources[loc] = open(Path(folder) / loc, "rb")  # noqa: SIM115 - closed below
+                    if length is None:
+                        length = os.fstat(src.fileno()).st_size - start
+                    src.seek(start)
+                    left = length
+                    while left:
+                        chunk = src.read(min(left, 16 << 20))
+                        if not chunk:
+                            raise errors.ExternalDataError(f"External file '{_short(loc, 60)}' changed while it was read.")
+                        f.write(chunk)
+                        left -= len(chunk)
+                else:
+                    length = len(t.raw_data)
+                    f.write(t.raw_data)
+                _make_external(new, data_file.name, offset, length)
+                offset += length
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    finally:
+        for src in sources.values():
+            src.close()
+    moved = offset > 0
+    if moved:
+        os.replace(partial, data_file)
+    else:
+        partial.unlink(missing_ok=True)
+    out.graph.CopyFrom(graph)
+    p.write_bytes(out.SerializeToString())
+    return moved
 
 
 def iter_graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:
@@ -322,7 +546,9 @@ def _size(n: int) -> str:
         return f"{n} bytes"
     if n < 10 * 1024 * 1024:
         return f"{n / 1024:.1f} KB"
-    return f"{n / 1024 / 1024:.1f} MB"
+    if n < 10 * 1024 ** 3:
+        return f"{n / 1024 / 1024:.1f} MB"
+    return f"{n / 1024 ** 3:.2f} GB"
 
 
 def _looks_like_zip_file(p: Path) -> bool:
@@ -448,11 +674,63 @@ def _load_file(path: Path, *, limits: Limits, check: bool, display: str) -> Load
     except OSError as exc:
         raise errors.ModelLoadError(f"Cannot read '{_short(display)}': {exc.strerror}.") from None
     model = _parse(data, display)
+    del data
+    _drop_weights_dir(model)  # rule 9: only fusionviz names where weights are
     ext_bytes = 0
     if _uses_external_data(model):
         ext_bytes = _load_external(model, path.parent.resolve(), limits=limits, current=size)
+    elif size >= limits.weights_on_disk_bytes:
+        _spill_initializers(model)
     return _finish(model, name=display, size=size + ext_bytes, source=str(path), limits=limits,
                    check=check)
+
+
+_OWNED_DIRS: list[Path] = []
+
+
+def _remove_owned_dirs() -> None:
+    while _OWNED_DIRS:
+        shutil.rmtree(_OWNED_DIRS.pop(), ignore_errors=True)
+
+
+atexit.register(_remove_owned_dirs)
+
+
+def owned_dir(prefix: str) -> Path:
+    """A new temp folder fusionviz owns; removed when the process ends (rule 9's data files)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
+    _OWNED_DIRS.append(d)
+    return d
+
+
+def _spill_initializers(model: onnx.ModelProto) -> None:
+    """Rule 9 for a one-file model: its large main-graph initializers move to a data file in a
+    folder fusionviz owns; the proto keeps external references to them."""
+    big = [t for t in model.graph.initializer
+           if t.data_location != onnx.TensorProto.EXTERNAL and len(t.raw_data) >= ON_DISK_MIN_TENSOR]
+    if not big:
+        return
+    folder = owned_dir("fusionviz_weights_")
+    location = "weights.data"
+    offset = 0
+    with open(folder / location, "wb") as f:
+        for t in big:
+            pad = -offset % _ALIGN
+            f.write(b"\0" * pad)
+            offset += pad
+            raw = t.raw_data
+            f.write(raw)
+            _make_external(t, location, offset, len(raw))
+            offset += len(raw)
+    _set_weights_dir(model, folder)
+
+
+def _make_external(t: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    t.ClearField("raw_data")
+    del t.external_data[:]
+    t.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        t.external_data.add(key=key, value=value)
 
 
 def _is_absolute(location: str) -> bool:
@@ -461,8 +739,40 @@ def _is_absolute(location: str) -> bool:
 
 
 def _load_external(model: onnx.ModelProto, base: Path, *, limits: Limits, current: int) -> int:
-    """Rule 3: validate every external location, then read the bytes ourselves."""
+    """Rule 3: validate every external location, then read the bytes ourselves (rule 9: a big
+    model's large main-graph initializers stay where they are)."""
+    places = _check_external(model, base, limits=limits, current=current)
+    total = sum(length for _, _, _, length in places)
+    on_disk = total >= limits.weights_on_disk_bytes
+    keep = {id(t) for t in model.graph.initializer} if on_disk else set()
+    kept = False
+    for tensor, target, offset, length in places:
+        if id(tensor) in keep and length >= ON_DISK_MIN_TENSOR:
+            _make_external(tensor, _external_place(tensor)[0], offset, length)  # offset and length explicit
+            kept = True
+            continue
+        loc = _short(_external_place(tensor)[0], 60)
+        try:
+            with open(target, "rb") as f:
+                f.seek(offset)
+                raw = f.read(length)
+        except OSError as exc:
+            raise errors.ExternalDataError(f"Cannot read '{loc}': {exc.strerror}.") from None
+        if len(raw) != length:
+            raise errors.ExternalDataError(f"External file '{loc}' changed while it was read.")
+        tensor.raw_data = raw
+        del tensor.external_data[:]
+        tensor.ClearField("data_location")  # as if it had always been inline: same hash
+    if kept:
+        _set_weights_dir(model, base)
+    return total
+
+
+def _check_external(model: onnx.ModelProto, base: Path, *, limits: Limits,
+                    current: int) -> list[tuple[onnx.TensorProto, Path, int, int]]:
+    """Rule 3 on every external tensor: (tensor, file, offset, length) of each, nothing read."""
     total = current
+    places = []
     for tensor in iter_tensors(model):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
@@ -515,23 +825,13 @@ def _load_external(model: onnx.ModelProto, base: Path, *, limits: Limits, curren
                 f"only {fsize} (past the end of the file)."
             )
         total += length
-        if total > limits.max_model_bytes:
-            raise errors.ModelTooLargeError(
-                f"The model with its external data is over {_size(total)}, past the "
-                f"{_size(limits.max_model_bytes)} limit{_RAISE_MODEL}."
-            )
-        try:
-            with open(target, "rb") as f:
-                f.seek(offset)
-                raw = f.read(length)
-        except OSError as exc:
-            raise errors.ExternalDataError(f"Cannot read '{loc}': {exc.strerror}.") from None
-        if len(raw) != length:
-            raise errors.ExternalDataError(f"External file '{loc}' changed while it was read.")
-        tensor.raw_data = raw
-        del tensor.external_data[:]
-        tensor.ClearField("data_location")  # as if it had always been inline: same hash
-    return total - current
+        places.append((tensor, target, offset, length))
+    if total > limits.max_model_bytes:
+        raise errors.ModelTooLargeError(
+            f"The model with its external data is {_size(total)}, over the "
+            f"{_size(limits.max_model_bytes)} limit{_RAISE_MODEL}."
+        )
+    return places
 
 
 def _unsafe_member_name(name: str) -> bool:
@@ -545,8 +845,8 @@ def _check_members(zf: zipfile.ZipFile, limits: Limits, archive: str) -> list[zi
     infos = zf.infolist()
     if len(infos) > limits.max_archive_members:
         raise errors.ModelTooLargeError(
-            f"Archive '{archive}' has {len(infos)} entries, over the limit of "
-            f"{limits.max_archive_members}."
+            f"Archive '{archive}' has {len(infos):,} entries, over the limit of "
+            f"{limits.max_archive_members:,} (set FUSIONVIZ_MAX_ARCHIVE_MEMBERS to raise it)."
         )
     total = 0
     for info in infos:
@@ -560,8 +860,8 @@ def _check_members(zf: zipfile.ZipFile, limits: Limits, archive: str) -> list[zi
         total += info.file_size
         if total > limits.max_archive_bytes:
             raise errors.ModelTooLargeError(
-                f"Archive '{archive}' expands to more than {_size(limits.max_archive_bytes)}, over "
-                f"the limit; refused (zip bomb?){_RAISE_ARCHIVE}."
+                f"Archive '{archive}' expands to {_size(total)} or more, over the "
+                f"{_size(limits.max_archive_bytes)} limit; refused (zip bomb?){_RAISE_ARCHIVE}."
             )
         ratio = info.file_size / max(info.compress_size, 1)
         if info.file_size > 1_000_000 and ratio > limits.max_archive_ratio:
@@ -602,11 +902,16 @@ def _load_zip(data: bytes, *, name: str, limits: Limits, check: bool) -> LoadedM
                         if written > info.file_size or written_total > limits.max_archive_bytes:
                             raise errors.ModelTooLargeError(
                                 f"Archive entry '{_short(info.filename, 60)}' expands past its "
-                                "declared size; refused (zip bomb?)."
+                                f"declared size or the {_size(limits.max_archive_bytes)} limit; refused (zip bomb?)"
+                                f"{_RAISE_ARCHIVE}."
                             )
                         out.write(chunk)
         model_file = _find_single_model(tmp, display=name)
         loaded = _load_file(model_file, limits=limits, check=check, display=model_file.name)
+        folder = loaded.weights_dir
+        if folder and (Path(folder) == tmp or tmp in Path(folder).parents):
+            _OWNED_DIRS.append(tmp)  # rule 9: its weights stay in the extracted files until exit
+            tmp = None
         return dataclasses.replace(loaded, source=f"zip:{name}")
     except errors.FusionvizError:
         raise
@@ -617,7 +922,8 @@ def _load_zip(data: bytes, *, name: str, limits: Limits, check: bool) -> LoadedM
             f"'{archive}' is a broken or unsupported zip archive ({_short(str(exc), 80)})."
         ) from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _invalid_text_field(model: onnx.ModelProto) -> str | None:
@@ -800,7 +1106,7 @@ def _finish(model: onnx.ModelProto, *, name: str, size: int, source: str, limits
         logger.info(notes[-1])
     if check:
         try:
-            onnx.checker.check_model(model, full_check=False)
+            onnx.checker.check_model(checkable(model), full_check=False)
         except (onnx.checker.ValidationError, ValueError, RuntimeError, TypeError) as exc:
             raise errors.CheckerError(
                 f"'{_short(name)}' fails the ONNX checker: {_checker_sentence(exc, model)}."
@@ -808,6 +1114,30 @@ def _finish(model: onnx.ModelProto, *, name: str, size: int, source: str, limits
     display = Path(name).name or "model.onnx"
     return LoadedModel(proto=model, name=display, sha256=model_hash(model), size_bytes=size,
                        source=source, notes=tuple(notes))
+
+
+def checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """What ``onnx.checker`` and shape inference are given for ``model``: the model itself, or
+    with weights on disk (rule 9) a copy of its graph in which each external main-graph
+    initializer is a graph input of the same type and shape (the checker would look for the
+    data files in the current folder; rule 3 has checked them, and no shape depends on a large
+    tensor's values)."""
+    if weights_dir(model) is None:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    inputs = {i.name for i in g.input}
+    keep = []
+    for t in g.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            keep.append(t)
+        elif t.name not in inputs:
+            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    if len(keep) != len(g.initializer):
+        del g.initializer[:]
+        g.initializer.extend(keep)
+    return out
 
 
 def _graph_sort(graph: onnx.GraphProto, outer: set[str]) -> int:

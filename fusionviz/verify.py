@@ -50,8 +50,34 @@ NOISE_FLOOR = 1e-5
 NOISE_MULT = 4.0
 NOISE_CAP = 1e-2
 ROUNDING_ULPS = 2.0
-#: Memory cap (MB) and time limit (s) of an isolated verification child process.
-VERIFY_MEM_MB = int(os.environ.get("FUSIONVIZ_VERIFY_MEM_MB", "4096") or 4096)
+def _default_mem_mb() -> int:
+    from fusionviz.model_io import machine_memory_bytes
+
+    return max(4096, machine_memory_bytes() // 2 // (1 << 20))
+
+
+def _env_mem_mb() -> int:
+    text = os.environ.get("FUSIONVIZ_VERIFY_MEM_MB", "")
+    try:
+        return int(float(text)) if text.strip() else _default_mem_mb()
+    except ValueError:
+        return _default_mem_mb()
+
+
+#: Memory cap (MB, address space) and time limit (s) of an isolated verification child process;
+#: the cap defaults to half the machine's memory, at least 4 GB.
+VERIFY_MEM_MB = _env_mem_mb()
+#: How a message names the cap when it is what failed.
+def mem_cap_note() -> str:
+    return f"the verification memory cap, {VERIFY_MEM_MB:,} MB (set FUSIONVIZ_VERIFY_MEM_MB to raise it)"
+
+
+_OOM_WORDS = ("bad_alloc", "MemoryError", "Failed to allocate", "out of memory", "Cannot allocate memory")
+
+
+def out_of_memory(text: str) -> bool:
+    """Whether an error text says an allocation failed."""
+    return any(w in text for w in _OOM_WORDS)
 VERIFY_TIMEOUT_S = float(os.environ.get("FUSIONVIZ_VERIFY_TIMEOUT_S", "300") or 300)
 
 
@@ -154,10 +180,15 @@ class VerifyResult:
 
 
 def make_session(model: onnx.ModelProto | bytes, *, level: str = "off", threads: int = 1,
-                 providers: Sequence[str] | None = None):
-    """An onnxruntime session; errors become RuntimeLoadError with one sentence."""
+                 providers: Sequence[str] | None = None, weights_dir: str | None = None):
+    """An onnxruntime session; errors become RuntimeLoadError with one sentence.
+
+    A model whose weights stay on disk (:func:`fusionviz.model_io.weights_dir`; for bytes,
+    ``weights_dir``) has them read from there by onnxruntime.
+    """
     import onnxruntime as ort
 
+    from fusionviz.model_io import ort_session_config
     from fusionviz.ortlevels import graph_optimization_level
 
     so = ort.SessionOptions()
@@ -165,6 +196,9 @@ def make_session(model: onnx.ModelProto | bytes, *, level: str = "off", threads:
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 4  # errors come back as exceptions; ORT's own log would repeat them
+    config = ort_session_config(None if isinstance(model, bytes) else model, folder=weights_dir)
+    for key, value in config.items():
+        so.add_session_config_entry(key, value)
     data = model if isinstance(model, bytes) else model.SerializeToString()
     try:
         return ort.InferenceSession(data, so, providers=list(providers or ["CPUExecutionProvider"]))
@@ -254,6 +288,19 @@ def judge(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *, input
     return diffs, None
 
 
+def judge_outputs(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *, input_set: str = "given",
+                  rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+                  noise: Mapping[str, float] | None = None, report_only: bool = False) -> VerifyResult:
+    """:func:`judge` over one input set's outputs, as a :class:`VerifyResult` (the benchmark's
+    check of each variant: the same test and noise floor as :func:`verify`)."""
+    diffs, missing = judge(ref, got, input_set=input_set, rtol=rtol, atol=atol, noise=noise)
+    if missing:
+        return VerifyResult(False, tuple(diffs), rtol, error=missing, report_only=report_only, atol=atol,
+                            optimized_failed=True)
+    return VerifyResult(all(d.ok for d in diffs), tuple(diffs), rtol, report_only=report_only, atol=atol,
+                        input_sets=(input_set,))
+
+
 def reference_noise(ref: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray]) -> dict[str, float]:
     """Per output: the largest finite difference between two runs of the original."""
     out = {}
@@ -327,39 +374,65 @@ def verify(
 
 
 def _run_sets(a: onnx.ModelProto, b: onnx.ModelProto, sets, *, isolated: bool) -> list[tuple]:
-    """Per set: ("ok", outs_a, outs_b, noise), ("a", why, None, None) or ("b", why, None, None)."""
+    """Per set: ("ok", outs_a, outs_b, noise), ("a", why, None, None) or ("b", why, None, None).
+
+    The models go to the child as bytes; with weights on disk those hold the graph only and the
+    child reads the weights from their folder (``model_io`` rule 9)."""
+    from fusionviz.model_io import weights_dir
+
+    folders = (weights_dir(a), weights_dir(b))
     if isolated:
-        return _child(("verify", a.SerializeToString(), b.SerializeToString(), sets))
-    return run_sets_here(a.SerializeToString(), b.SerializeToString(), sets)
+        return _child(("verify", a.SerializeToString(), b.SerializeToString(), sets, folders))
+    return run_sets_here(a.SerializeToString(), b.SerializeToString(), sets, folders)
 
 
-def run_sets_here(a: bytes, b: bytes, sets) -> list[tuple]:
-    """:func:`_run_sets` in this process (the child calls it too)."""
-    sa = make_session(a)
-    sb = make_session(b)
-    try:  # the original under onnxruntime's own optimizer: the reference noise (rule 2)
-        sn = make_session(a, level="all")
-    except errors.FusionvizError:
-        sn = None
-    out = []
+def run_sets_here(a: bytes, b: bytes, sets, folders: tuple[str | None, str | None] = (None, None)) -> list[tuple]:
+    """:func:`_run_sets` in this process (the child calls it too).
+
+    One session at a time (the original, then the optimized model on the sets the original
+    runs, then the original at onnxruntime's level all for the reference noise), each released
+    before the next is made: the peak is one model's, not three.
+    """
+    sa = make_session(a, weights_dir=folders[0])
+    ra: list = []
     for _, feeds in sets:
         try:
-            ra = run_model(sa, feeds)
+            ra.append(run_model(sa, feeds))
         except errors.FusionvizError as exc:
-            out.append(("a", _strip(str(exc)), None, None))
+            ra.append(_strip(str(exc)))
+    del sa
+    sb = make_session(b, weights_dir=folders[1])
+    rb: list = []
+    for (_, feeds), x in zip(sets, ra, strict=True):
+        if isinstance(x, str):
+            rb.append(None)
             continue
         try:
-            rb = run_model(sb, feeds)
+            rb.append(run_model(sb, feeds))
         except errors.FusionvizError as exc:
-            out.append(("b", _strip(str(exc)), None, None))
-            continue
-        noise = {}
+            rb.append(_strip(str(exc)))
+    del sb
+    noise: list[dict] = [{} for _ in sets]
+    if any(isinstance(y, dict) for y in rb):
+        try:  # the original under onnxruntime's own optimizer: the reference noise (rule 2)
+            sn = make_session(a, level="all", weights_dir=folders[0])
+        except errors.FusionvizError:
+            sn = None
         if sn is not None:
-            try:
-                noise = reference_noise(ra, run_model(sn, feeds))
-            except errors.FusionvizError:
-                noise = {}
-        out.append(("ok", ra, rb, noise))
+            for k, ((_, feeds), x, y) in enumerate(zip(sets, ra, rb, strict=True)):
+                if isinstance(y, dict):
+                    try:
+                        noise[k] = reference_noise(x, run_model(sn, feeds))
+                    except errors.FusionvizError:
+                        noise[k] = {}
+    out = []
+    for x, y, n in zip(ra, rb, noise, strict=True):
+        if isinstance(x, str):
+            out.append(("a", x, None, None))
+        elif isinstance(y, str):
+            out.append(("b", y, None, None))
+        else:
+            out.append(("ok", x, y, n))
     return out
 
 
@@ -367,9 +440,10 @@ def _strip(text: str) -> str:
     return text.replace("onnxruntime failed to run the model: ", "")
 
 
-def probe_here(model: bytes, candidates: Sequence[Mapping[str, np.ndarray]]) -> tuple[int, str]:
+def probe_here(model: bytes, candidates: Sequence[Mapping[str, np.ndarray]],
+               folder: str | None = None) -> tuple[int, str]:
     """(index of the first feeds the model runs on, or -1; the first error)."""
-    session = make_session(model)
+    session = make_session(model, weights_dir=folder)
     first = ""
     for i, feeds in enumerate(candidates):
         try:
@@ -394,10 +468,17 @@ def probe(model: onnx.ModelProto, plan: InputPlan, *, isolated: bool = True) -> 
         return plan
     plans = [plan.with_candidate(k) for k in range(plan.candidates())]
     candidates = [p.feeds("normal") for p in plans]
+    from fusionviz.model_io import weights_dir
+
     data = model.SerializeToString()
-    index, err = _child(("probe", data, candidates)) if isolated else probe_here(data, candidates)
+    folder = weights_dir(model)
+    index, err = (_child(("probe", data, candidates, folder)) if isolated
+                  else probe_here(data, candidates, folder))
     if index >= 0:
         return dataclasses.replace(plans[index], probed=True)
+    if isolated and out_of_memory(err):
+        raise errors.RuntimeLoadError(
+            f"onnxruntime ran out of memory running the model to check its inputs: {mem_cap_note()}.")
     chosen = "; ".join(c.describe() for c in plan.choices if c.chosen or c.value_note or c.is_free_scalar)
     scalars = [c.name for c in plan.choices if c.is_free_scalar]
     hint = "set them with --shape NAME=d1,d2,..." if any(c.chosen for c in plan.choices) else ""
@@ -423,10 +504,13 @@ def _child(payload: tuple):
         reason = tail[-1] if tail else f"exit status {proc.returncode}"
         if -proc.returncode in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
             reason = f"onnxruntime crashed ({signal.Signals(-proc.returncode).name})"
-        elif proc.returncode < 0 or "MemoryError" in reason or "bad_alloc" in reason:
-            reason = f"it ran out of memory (cap {VERIFY_MEM_MB} MB, FUSIONVIZ_VERIFY_MEM_MB)"
+        elif proc.returncode < 0 or out_of_memory(reason):
+            reason = f"it ran out of memory under {mem_cap_note()}"
         raise errors.RuntimeLoadError(f"onnxruntime could not run the model for verification: {reason}")
     result = pickle.loads(proc.stdout)  # our own child's output
     if result[0] == "error":
-        raise errors.RuntimeLoadError(result[1])
+        msg = result[1]
+        if out_of_memory(msg) and "FUSIONVIZ_VERIFY_MEM_MB" not in msg:
+            msg = f"{msg} (out of memory under {mem_cap_note()})"
+        raise errors.RuntimeLoadError(msg)
     return result[1]

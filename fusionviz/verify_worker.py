@@ -3,10 +3,13 @@
 Reads a pickled ``(payload, mem_mb)`` from stdin (written by our own parent process, never by a
 user), caps its address space, and runs the payload with onnxruntime's optimizer off:
 
-- ``("verify", model_a, model_b, sets)``: both models on every input set
+- ``("verify", model_a, model_b, sets, folders)``: both models on every input set
   (:func:`fusionviz.verify.run_sets_here`);
-- ``("probe", model, candidates)``: the first candidate feeds the model runs on
+- ``("probe", model, candidates, folder)``: the first candidate feeds the model runs on
   (:func:`fusionviz.verify.probe_here`);
+
+A model whose weights stay on disk comes as the bytes of its graph, with the folder its weights
+are read from (``fusionviz.model_io`` rule 9): the weights are never pickled.
 - ``("compare", model_a, model_b, feeds, items, rtol, atol, input_set)``: one chunk of a
   per-tensor comparison (:func:`fusionviz.compare.run_chunk_here`).
 
@@ -31,17 +34,17 @@ def main() -> int:
 
     try:
         if payload[0] == "verify":
-            result = ("ok", run_sets_here(payload[1], payload[2], payload[3]))
+            result = ("ok", run_sets_here(*payload[1:]))
         elif payload[0] == "compare":
             from fusionviz.compare import run_chunk_here
 
             result = ("ok", run_chunk_here(*payload[1:]))
         else:
-            result = ("ok", probe_here(payload[1], payload[2]))
+            result = ("ok", probe_here(*payload[1:]))
     except errors.FusionvizError as exc:
         result = ("error", str(exc))
     except MemoryError:
-        result = ("error", f"verification ran out of memory (cap {mem_mb} MB)")
+        result = ("error", f"verification ran out of memory (cap {mem_mb} MB, FUSIONVIZ_VERIFY_MEM_MB)")
     sys.stdout.buffer.write(pickle.dumps(result))
     sys.stdout.flush()
     return 0

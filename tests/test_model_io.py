@@ -205,7 +205,9 @@ def test_size_limit_is_configurable(tmp_path, tiny_model_path, tiny_model_bytes,
     with pytest.raises(errors.ModelTooLargeError):
         model_io.load_path(tiny_model_path)
     monkeypatch.setenv("FUSIONVIZ_MAX_MODEL_MB", "lots")  # a bad setting falls back, no crash
-    assert Limits().max_model_bytes == 500 * 1024 * 1024
+    assert Limits().max_model_bytes == int(model_io.default_model_mb() * 1024 * 1024)
+    # the default: half this machine's memory, never below 500 MB
+    assert Limits().max_model_bytes >= max(500 * 1024 * 1024, model_io.machine_memory_bytes() // 2 - 1024 * 1024)
     assert model_io.load_path(tiny_model_path).name == "tiny.onnx"
 
 

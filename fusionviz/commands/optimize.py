@@ -32,6 +32,9 @@ def register(sub) -> None:
     p.add_argument("--report", metavar="REPORT.(json|html|md)",
                    help="write the report; the extension picks the format: .json (data), .html (one self-contained "
                         "page with both graphs, the passes, near misses, verification, environment), .md")
+    p.add_argument("--external-data", action="store_true",
+                   help="write the weights (initializers of 1 MB or more) to OUT.onnx.data next to the model; done "
+                        "anyway when the model's weights stay on disk (big models) or it would pass protobuf's 2 GB")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
     p.add_argument("--keep-fp32", metavar="NODE,NODE", default=None,
                    help="precision passes (fp16, int8_*) keep these nodes in float32 (compare of the original "
@@ -85,8 +88,9 @@ def run(args) -> int:
         if not v.ok and exact:
             code = 3
     report = _report(args, loaded, plan, shapes, [p.name for p in passes], result, v, found)
-    model_io.save_model(result.final, args.output)
-    common.progress(f"nodes {result.nodes_before} -> {result.nodes_after}; wrote {args.output}")
+    _, data_file = model_io.save_model_files(result.final, args.output, external=True if args.external_data else None)
+    weights = f" (weights in {data_file})" if data_file else ""
+    common.progress(f"nodes {result.nodes_before} -> {result.nodes_after}; wrote {args.output}{weights}")
     if args.report:
         from fusionviz.commands.render import quiet_c_stderr
 

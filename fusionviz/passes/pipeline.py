@@ -198,12 +198,22 @@ def infer_shapes(model: ir.Model) -> ir.Model:
 
 
 def to_ir(model: onnx.ModelProto) -> ir.Model:
+    """The onnx-ir model of ``model``. Weights that stay on disk (``fusionviz.model_io``
+    rule 9) become onnx-ir external tensors read (memory-mapped) from their folder when a pass
+    needs their values; serialized again (:func:`to_proto`), an unchanged one is the same
+    external reference, so snapshots share it instead of copying it."""
+    from fusionviz.model_io import weights_dir
+
     try:
-        return ir.serde.deserialize_model(model)
+        m = ir.serde.deserialize_model(model)
     except Exception as exc:  # noqa: BLE001 - SerdeError, ValueError, ... on malformed protos
         raise errors.ModelLoadError(
             f"The model cannot be converted for the passes: {type(exc).__name__}: {exc}"
         ) from None
+    folder = weights_dir(model)
+    if folder:
+        ir.external_data.set_base_dir(m.graph, folder)
+    return m
 
 
 def to_proto(model: ir.Model) -> onnx.ModelProto:

@@ -31,8 +31,9 @@ import onnx
 
 logger = logging.getLogger(__name__)
 
-#: Models above this size are checked by path in onnx (protobuf's 2 GB limit); we skip rule 1's
-#: in-memory form for them and keep rules 2 and 3.
+#: A model whose in-memory proto is above this cannot be given to onnx's checker (protobuf's
+#: 2 GB limit); rule 1 is skipped for it and rules 2 and 3 kept. With its weights on disk
+#: (``fusionviz.model_io`` rule 9) a big model's proto holds the graph only and is checked.
 _CHECKER_MAX_BYTES = 1_800_000_000
 
 
@@ -109,23 +110,30 @@ def io_signature(model: onnx.ModelProto) -> tuple[tuple[IOSig, ...], tuple[IOSig
 
 def checker_error(model: onnx.ModelProto, *, full: bool) -> str | None:
     """onnx's checker verdict as one sentence, or None when the model passes."""
+    from fusionviz.model_io import checkable
+
     if model.ByteSize() > _CHECKER_MAX_BYTES:
         return None
     try:
-        onnx.checker.check_model(model, full_check=full)
+        onnx.checker.check_model(checkable(model), full_check=full)
     except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError, ...
         return _one_line(str(exc))
     return None
 
 
-def ort_error(model: onnx.ModelProto | bytes) -> str | None:
-    """Why onnxruntime (optimizations off, CPU) cannot create a session, or None."""
+def ort_error(model: onnx.ModelProto | bytes, weights_dir: str | None = None) -> str | None:
+    """Why onnxruntime (optimizations off, CPU) cannot create a session, or None. Weights on
+    disk are read from their folder (the model's, or ``weights_dir`` for bytes)."""
     import onnxruntime as ort
+
+    from fusionviz.model_io import ort_session_config
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 4
     so.intra_op_num_threads = 1
+    for key, value in ort_session_config(None if isinstance(model, bytes) else model, folder=weights_dir).items():
+        so.add_session_config_entry(key, value)
     try:
         data = model if isinstance(model, bytes) else model.SerializeToString()
         ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
@@ -166,12 +174,15 @@ def violation(model: onnx.ModelProto, base: Baseline) -> str | None:
             err = None
     if err:
         return f"the ONNX checker rejects the result: {err}"
+    from fusionviz.model_io import weights_dir
+
     data = model.SerializeToString()
-    err = ort_error(data)
+    folder = weights_dir(model)
+    err = ort_error(data, folder)
     if err and base.ort_loads("off"):
         return f"onnxruntime cannot load the result: {err}"
     if has_subgraphs(model):
-        err = ort_error_at_all(data)
+        err = ort_error_at_all(data, folder)
         if err and base.ort_loads("all"):
             return f"onnxruntime (optimization level all) cannot load the result: {err}"
     return None
@@ -186,7 +197,9 @@ def has_subgraphs(model: onnx.ModelProto) -> bool:
 _AT_ALL: dict[bytes, str | None] = {}  # model digest → verdict (the pipeline asks twice of one result)
 
 # The child imports onnxruntime only (0.1 s; fusionviz's verification worker takes 0.5 s more):
-# model bytes on stdin, the verdict on stdout; a crash kills the child, not the caller.
+# model bytes on stdin (the graph only when its weights stay on disk: then the session config
+# entries that read them from their folder come as further arguments), the verdict on stdout;
+# a crash kills the child, not the caller.
 _LOAD_AT_ALL = """
 import resource, sys
 lim = int(sys.argv[1]) << 20
@@ -196,6 +209,9 @@ so = ort.SessionOptions()
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 so.log_severity_level = 4
 so.intra_op_num_threads = 1
+for entry in sys.argv[2:]:
+    key, _, value = entry.partition("=")
+    so.add_session_config_entry(key, value)
 try:
     ort.InferenceSession(sys.stdin.buffer.read(), so, providers=["CPUExecutionProvider"])
 except Exception as exc:
@@ -205,21 +221,24 @@ else:
 """
 
 
-def ort_error_at_all(model: onnx.ModelProto | bytes) -> str | None:
+def ort_error_at_all(model: onnx.ModelProto | bytes, weights_dir: str | None = None) -> str | None:
     """:func:`ort_error` at level all, in a child process (rule 3); the last 64 verdicts are kept."""
     import hashlib
     import signal
     import subprocess
     import sys
 
+    from fusionviz.model_io import ort_session_config
     from fusionviz.verify import VERIFY_MEM_MB, VERIFY_TIMEOUT_S
 
     data = model if isinstance(model, bytes) else model.SerializeToString()
-    key = hashlib.blake2b(data, digest_size=20).digest()
+    config = ort_session_config(None if isinstance(model, bytes) else model, folder=weights_dir)
+    entries = [f"{k}={v}" for k, v in config.items()]
+    key = hashlib.blake2b(data + "\0".join(entries).encode(), digest_size=20).digest()
     if key in _AT_ALL:
         return _AT_ALL[key]
     try:
-        proc = subprocess.run([sys.executable, "-c", _LOAD_AT_ALL, str(VERIFY_MEM_MB)], input=data,
+        proc = subprocess.run([sys.executable, "-c", _LOAD_AT_ALL, str(VERIFY_MEM_MB), *entries], input=data,
                               capture_output=True, timeout=VERIFY_TIMEOUT_S, check=False)
         out = proc.stdout.decode("utf-8", "replace")
         if out == "OK":
