@@ -114,7 +114,7 @@ def _upload() -> None:
     _sync_upload_limit(limit_mb)
     up = st.file_uploader("Upload an ONNX model (.onnx, or a .zip of a folder with external data)",
                           type=["onnx", "zip"], key="upload", on_change=_on_upload,
-                          max_upload_size=limit_mb, help=_bigger_words(limit_mb))
+                          max_upload_size=limit_mb)
     st.caption(_bigger_words(limit_mb))
     if up is not None:
         _take_upload(up)  # no-op when the callback already took it
