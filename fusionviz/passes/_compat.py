@@ -7,7 +7,7 @@ names the symbol that moved. What we rely on:
 
 1. Library rule classes that fusionviz extends with guards (their pattern and math are kept):
    BatchNorm into Conv / ConvTranspose / Gemm, scalar affine before Conv, Pad into Conv,
-   MatMul + Add into Gemm, the GELU forms of ``ort_fusions``, LayerNorm.
+   MatMul + Add into Gemm, the GELU and RMSNorm forms of ``ort_fusions``, LayerNorm.
 2. onnxscript's constant folder (``FoldConstantsPass``, ``Replacement``), subclassed with
    public-named hooks for its per-node shape inference and the model's opset imports
    (:class:`ConstantFolderBase`).
@@ -31,7 +31,7 @@ from onnx_ir.passes.common import _c_api_utils
 from onnxscript.optimizer import _constant_folding
 from onnxscript.rewriter import _pattern_ir
 from onnxscript.rewriter import pattern as orp
-from onnxscript.rewriter.ort_fusions import erfgelu, gelu
+from onnxscript.rewriter.ort_fusions import erfgelu, gelu, rms_normalization
 from onnxscript.rewriter.rules.common import (
     _fuse_batchnorm,
     _fuse_conv_affine,
@@ -57,6 +57,7 @@ GeluTanhFusion = gelu.GeluTanhFusion
 erf_gelu_pattern_2 = erfgelu.erf_gelu_pattern_2
 erf_gelu_replacement = erfgelu.gelu
 LayerNormFusion = _layer_norm.LayerNormFusion
+RmsNormFusion = rms_normalization.RmsNormFusion
 LayerNormBiasFusion = _layer_norm.LayerNormBiasFusion
 
 # --------------------------------------------------------------------------- 2. constant folder

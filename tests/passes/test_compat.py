@@ -31,6 +31,7 @@ PRIVATE = [
     ("onnxscript.rewriter.ort_fusions.gelu", "GeluTanhFusion"),
     ("onnxscript.rewriter.ort_fusions.erfgelu", "erf_gelu_pattern_2"),
     ("onnxscript.rewriter.ort_fusions.erfgelu", "gelu"),
+    ("onnxscript.rewriter.ort_fusions.rms_normalization", "RmsNormFusion"),
     ("onnxscript.rewriter.rules.fusion._layer_norm", "LayerNormFusion"),
     ("onnxscript.rewriter.rules.fusion._layer_norm", "LayerNormBiasFusion"),
     ("onnxscript.optimizer._constant_folding", "FoldConstantsPass"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnx_ir as ir
 
 from fusionviz.passes import nearmiss
@@ -44,8 +45,8 @@ def _is_3d_same(a: ir.Value, b: ir.Value) -> str | None:
 
 
 class SkipLayerNormFusion(Pass, name="skip_layernorm_fusion", category=Category.FUSE, order=310,
-                          trigger_ops={"LayerNormalization"}):
-    title = "Add + LayerNormalization → SkipLayerNormalization"
+                          trigger_ops={"LayerNormalization", "ReduceMean"}):
+    title = "Add + LayerNormalization (or RMSNorm) → SkipLayerNormalization (SkipSimplifiedLayerNormalization)"
     needs_shapes = True
     explain = """\
 **What:** `LayerNormalization(a + b [+ bias])` — the residual connection of every transformer
@@ -61,6 +62,10 @@ one kernel instead of two or three.
 Requires 3-D `(B, S, H)` operands (skip may be `(1, S, H)` or `(S, H)`) and normalisation over
 the last axis only.
 
+**RMSNorm:** an RMSNorm written out after the residual Add, `s · 1/√(mean(s²) + ε) · γ` (Llama,
+Qwen2; `Pow(s, 2)` or `s·s`, `·1/√` or `/√`, γ on either side), becomes
+`com.microsoft.SkipSimplifiedLayerNormalization(a, b, γ, bias)` the same way.
+
 **Measured caveat:** with onnxruntime 1.32 on an AVX-512 CPU, 1 thread, the BERT sample
 (hidden 128, seq 128) ran ~15% *slower* with this kernel than with `LayerNormalization` + `Add`
 (its CPU kernel is slower per row at small hidden sizes). onnxruntime's own level "all" makes
@@ -71,25 +76,22 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
     def transform(self, model: ir.Model) -> None:
         namer = Namer(model)
         fused = 0
-        for ln in list(model.graph):
-            if ln.op_type != "LayerNormalization" or ln.domain != "" or ln.graph is None:
+        for node in list(model.graph):
+            if node.graph is None or node.domain != "":
                 continue
-            axis = ln.attributes.get("axis")
-            if axis is not None and axis.value not in (-1, 2):
+            norm = _norm_site(node)
+            if norm is None:
                 continue
-            if any(o.uses() or o.is_graph_output() for o in ln.outputs[1:]):
-                continue
-            add = produced_by(ln.inputs[0], "Add")
+            ln, x, gamma, beta, eps, norm_nodes = norm
+            add = produced_by(x, "Add")
             if add is None:
                 continue
-            gamma = ln.inputs[1]
-            beta = ln.inputs[2] if len(ln.inputs) > 2 else None
-            why = _skln_params(ln.inputs[0], gamma, beta)
+            why = _skln_params(x, gamma, beta)
             if why is not None:
                 logger.info("skip_layernorm_fusion: %s not fused: %s", ln.name, why)
                 nearmiss.note([ln, add], ln, why, rule="skip_layernorm")
                 continue
-            if not float32_or_unknown(ln.inputs[0]):
+            if not float32_or_unknown(x):
                 nearmiss.note([ln, add], ln, "the input is not float32 (the CPU SkipLayerNormalization kernel is float32)",
                               rule="skip_layernorm")
                 continue
@@ -105,7 +107,7 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
                     continue
             # Fold a 1-D bias add feeding the input: a = a0 + bias.
             bias = None
-            removed = [ln, add]
+            removed = [*norm_nodes, add]
             for first, second in ((a, b), (b, a)):
                 badd = produced_by(first, "Add")
                 if badd is None or not single_use(first):
@@ -120,15 +122,16 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
                         break
                 if bias is not None:
                     break
-            sum_used = [u for u in add.outputs[0].uses() if u.node is not ln] or add.outputs[0].is_graph_output()
-            eps = ln.attributes.get("epsilon")
-            inputs = [a, b, gamma, beta if beta is not None else None, bias]
+            sum_used = [u for u in add.outputs[0].uses() if all(u.node is not n for n in norm_nodes)] or \
+                add.outputs[0].is_graph_output()
+            simplified = ln.op_type != "LayerNormalization"
+            inputs = [a, b, gamma, bias] if simplified else [a, b, gamma, beta if beta is not None else None, bias]
             while inputs and inputs[-1] is None:
                 inputs.pop()
             skln = ir.node(
-                "SkipLayerNormalization",
+                "SkipSimplifiedLayerNormalization" if simplified else "SkipLayerNormalization",
                 inputs,
-                {"epsilon": float(eps.value) if eps is not None else 1e-5},
+                {"epsilon": eps},
                 domain=MS_DOMAIN,
                 num_outputs=4 if sum_used else 1,
                 name="",
@@ -151,6 +154,90 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
             fused += 1
         if fused:
             ensure_ms_import(model)
+
+
+def _norm_site(node: ir.Node) -> tuple[ir.Node, ir.Value, ir.Value, ir.Value | None, float, list[ir.Node]] | None:
+    """(the node whose output is the norm, its input x, γ, β, ε, the norm's nodes) for a
+    LayerNormalization over the last axis or an RMSNorm ending at ``node``; None otherwise."""
+    if node.op_type == "LayerNormalization":
+        axis = node.attributes.get("axis")
+        if axis is not None and axis.value not in (-1, 2):
+            return None
+        if any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
+            return None
+        eps = node.attributes.get("epsilon")
+        beta = node.inputs[2] if len(node.inputs) > 2 else None
+        return node, node.inputs[0], node.inputs[1], beta, float(eps.value) if eps is not None else 1e-5, [node]
+    if node.op_type == "Mul":
+        rms = rms_norm(node)
+        if rms is not None:
+            x, gamma, eps, nodes = rms
+            return node, x, gamma, None, eps, nodes
+    return None
+
+
+def rms_norm(mul: ir.Node) -> tuple[ir.Value, ir.Value, float, list[ir.Node]] | None:
+    """``γ · (x · 1/√(mean(x², -1) + ε))`` ending at ``mul`` (either operand order; ``x·x`` or
+    ``Pow(x, 2)``; ``x / √(…)`` as well), as (x, γ, ε, nodes); None otherwise. Every
+    intermediate has this one use; γ is a constant vector."""
+    for gi in (0, 1):
+        gamma, n = mul.inputs[gi], mul.inputs[1 - gi]
+        g = const_value(gamma)
+        if g is None or g.ndim != 1 or not single_use(n):
+            continue
+        inner = n.producer()
+        if inner is None or inner.domain != "" or inner.op_type not in ("Mul", "Div"):
+            continue
+        for xi in ((0, 1) if inner.op_type == "Mul" else (0,)):
+            x, r = inner.inputs[xi], inner.inputs[1 - xi]
+            found = _inv_rms(x, r, inner.op_type == "Div")
+            if found is not None:
+                eps, nodes = found
+                return x, gamma, eps, [mul, inner, *nodes]
+    return None
+
+
+def _inv_rms(x: ir.Value, r: ir.Value, divided: bool) -> tuple[float, list[ir.Node]] | None:
+    """``r = 1/√(mean(x², -1) + ε)`` (or ``√(…)`` when ``divided``) as (ε, nodes)."""
+    nodes: list[ir.Node] = []
+    if not single_use(r):
+        return None
+    if not divided:
+        rec = produced_by(r, "Reciprocal")
+        if rec is None:
+            return None
+        nodes.append(rec)
+        r = rec.inputs[0]
+        if not single_use(r):
+            return None
+    sqrt = produced_by(r, "Sqrt")
+    if sqrt is None or not single_use(sqrt.inputs[0]):
+        return None
+    add = produced_by(sqrt.inputs[0], "Add")
+    if add is None:
+        return None
+    eps = next((const_value(v) for v in add.inputs if const_value(v) is not None), None)
+    mean_v = next((v for v in add.inputs if const_value(v) is None), None)
+    if eps is None or eps.size != 1 or mean_v is None or not single_use(mean_v):
+        return None
+    mean = produced_by(mean_v, "ReduceMean")
+    if mean is None or not single_use(mean.inputs[0]) or mean.attributes.get_int("keepdims", 1) != 1:
+        return None
+    axes = const_value(mean.inputs[1]) if len(mean.inputs) > 1 and mean.inputs[1] is not None else None
+    if axes is None and "axes" in mean.attributes:
+        axes = mean.attributes["axes"].value
+    if axes is None or list(np.asarray(axes).reshape(-1)) != [-1]:
+        return None
+    sq = mean.inputs[0].producer()
+    if sq is None or sq.domain != "":
+        return None
+    if sq.op_type == "Pow":
+        p = const_value(sq.inputs[1])
+        if sq.inputs[0] is not x or p is None or p.size != 1 or float(p.reshape(())) != 2.0:
+            return None
+    elif sq.op_type != "Mul" or sq.inputs[0] is not x or sq.inputs[1] is not x:
+        return None
+    return float(eps.reshape(())), [*nodes, sqrt, add, mean, sq]
 
 
 def _hidden(gamma: ir.Value) -> int | None:
