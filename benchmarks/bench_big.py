@@ -54,7 +54,11 @@ Goals (GB = 2**30 bytes; B = the model's bytes on disk, external data included):
 Usage::
 
     .venv/bin/python benchmarks/bench_big.py [--models gpt2,synthetic] [--json OUT.json]
-        [--make-only] [--max-rss-gb 16] [--timeout 1800]
+        [--make-only] [--max-rss-gb 16] [--timeout 1800] [--at COMMIT]
+
+``--at COMMIT`` measures a clean copy of that commit (``git archive``, under the cache) instead of
+the working tree, which others may be changing while the benchmark runs. The header names the
+commit measured and says when the tree had uncommitted changes under ``fusionviz/``.
 
 Prints one line per command as it finishes, then the table and the goals.
 """
@@ -385,8 +389,9 @@ def check_written(original: str, written: str) -> dict:
     graph = onnx.load(written, load_external_data=False)
     out["nodes_after"] = model_io.count_nodes(graph)
     del graph
+    defaults = {k: v for k, v in os.environ.items() if not k.startswith("FUSIONVIZ_")}  # default settings
     r = subprocess.run([sys.executable, "-m", "fusionviz", "info", written], capture_output=True, text=True,
-                       cwd=ROOT)
+                       cwd=ROOT, env=defaults)
     out["reopen"] = r.returncode == 0
     if r.returncode:
         out["why"] = out["why"] or f"info exit {r.returncode}: {r.stderr.strip()[-200:]}"
@@ -593,11 +598,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-rss-gb", type=float, default=16.0,
                     help="kill a command whose process tree passes this (default 16)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per command (default 1800)")
+    ap.add_argument("--at", metavar="COMMIT", help="measure a clean copy of COMMIT, not the working tree")
     ap.add_argument("--check", nargs=2, metavar=("ORIGINAL", "WRITTEN"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.check:
         print(json.dumps(check_written(*args.check)))
         return 0
+    if args.at:
+        return _run_at(args.at, list(sys.argv[1:] if argv is None else argv))
     models = _parse_models(args.models)
     CACHE.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
@@ -615,8 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n, p in paths.items():
             print(f"{n}: {p} ({model_bytes(p) / GB:.2f} GB, {nodes_of(p):,} nodes)")
         return 0
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = _commit_words()
     results: dict[str, dict] = {}
     for name, p in paths.items():
         print(f"{name}: {model_bytes(p) / GB:.2f} GB, {nodes_of(p):,} nodes", flush=True)
@@ -632,6 +639,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"commit": commit, "models": results}, indent=1))
     return 0
+
+
+def _commit_words() -> str:
+    """The commit measured, and whether ``fusionviz/`` had uncommitted changes."""
+    snap = ROOT / ".bench_big_commit"
+    if snap.exists():  # a clean copy made by --at
+        return snap.read_text().strip() + " (clean copy)"
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=ROOT).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "fusionviz"], capture_output=True, text=True,
+                           cwd=ROOT).stdout.strip()
+    return head + (" + uncommitted changes in fusionviz/" if dirty else "")
+
+
+def without_at(argv: Sequence[str]) -> list[str]:
+    """``argv`` less ``--at X`` / ``--at=X``."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--at":
+            skip = True
+        elif not a.startswith("--at="):
+            out.append(a)
+    return out
+
+
+def _run_at(rev: str, argv: Sequence[str]) -> int:
+    """Extract ``rev`` into the cache and run its own bench_big.py there with the same arguments."""
+    r = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, cwd=ROOT)
+    if r.returncode:
+        raise SystemExit(f"bench_big: no commit {rev!r}")
+    sha = r.stdout.strip()
+    dest = CACHE / f"src-{sha}"
+    if not (dest / ".bench_big_commit").exists():
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", sha], capture_output=True, cwd=ROOT, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        (dest / ".bench_big_commit").write_text(sha)
+    script = dest / "benchmarks" / "bench_big.py"
+    if not script.exists():
+        raise SystemExit(f"bench_big: commit {sha} has no benchmarks/bench_big.py")
+    return subprocess.run([sys.executable, str(script), *without_at(argv)]).returncode  # relative paths: ours
 
 
 def _tool_main(argv: Sequence[str]) -> int:

@@ -148,3 +148,9 @@ def test_measure_sees_the_tree_and_kills_past_the_ceiling():
     assert m.rc is None and "over" in m.killed
     m = bb.measure([sys.executable, "-c", "import sys; sys.exit('bad input')"], max_rss=8 * GB, timeout_s=60)
     assert m.rc == 1 and m.err == "bad input"
+
+
+def test_at_is_dropped_from_the_forwarded_arguments():
+    assert bb.without_at(["--models", "gpt2", "--at", "abc123", "--json", "o.json"]) == [
+        "--models", "gpt2", "--json", "o.json"]
+    assert bb.without_at(["--at=HEAD~1", "--make-only"]) == ["--make-only"]
