@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         onnx.save(qdq_conv_with_float_bias(), path)
         jobs.append(("(constructed) qdq_conv_float_bias", path, {}))
     rows = []
-    print(f"{'model':<36} {'cand':>4} {'differs':>7} {'sessions':>8} {'s':>6}  culprits -> restored")
+    print(f"{'model':<36} {'cand':>4} {'differs':>7} {'max rel':>8} {'sessions':>8} {'s':>6}  culprits -> restored")
     for name, path, hints in jobs:
         r = run_one(path, hints, args.level, args.timeout)
         rows.append({"model": name, **r})
@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         culprits = " | ".join("+".join(c) for c in r["culprits"]) or "-"
         restored = "restored" if r["differs"] and r["restored"] else ("NOT restored" if r["differs"] else "")
-        print(f"{name:<36} {len(r['candidates']):>4} {'yes' if r['differs'] else 'no':>7} {r['probe_count']:>8} "
+        first = ((r.get("probes") or [{}])[0].get("first_failure") or {})
+        rel = f"{first['max_rel_diff']:.1e}" if isinstance(first.get("max_rel_diff"), float) else "-"
+        print(f"{name:<36} {len(r['candidates']):>4} {'yes' if r['differs'] else 'no':>7} {rel:>8} {r['probe_count']:>8} "
               f"{r['total_s']:>6.1f}  {culprits} {restored}", flush=True)
     ok = [r for r in rows if not (r.get("error") and not r.get("probes"))]
     differs = [r for r in ok if r["differs"]]

@@ -23,7 +23,12 @@ transformer(s) responsible, so the user can switch exactly those off
    verifies, the set is *the* cause ("disable X and the outputs are restored"); else another
    set is looked for among the candidates still enabled, until the rest verifies or the bound
    (:data:`MAX_PROBES`) is reached.
-4. **Isolation.** Every session runs in one child process (``python -m fusionviz.ortbisect``,
+4. **Rewrite rules.** A rule-based transformer (``Level1_RuleBasedTransformer``) found
+   responsible is narrowed the same way to its rewrite rules (:data:`REWRITE_RULES`;
+   ``disabled_optimizers`` takes rule names too): with the rest of its set enabled and only some
+   of its rules, ddmin finds the rules that still fail, and the answer names them when disabling
+   them (instead of the whole transformer) restores the outputs.
+5. **Isolation.** Every session runs in one child process (``python -m fusionviz.ortbisect``,
    fed requests through a pipe), so a crash of onnxruntime costs an error line, and the parent
    never imports a session; the model is handed over as a file path.
 """
@@ -53,6 +58,19 @@ from fusionviz.verify import DEFAULT_ATOL, DEFAULT_RTOL, OutputDiff, judge
 #: Rule 3's bound on probes (each is one session at the level and one run per input set).
 MAX_PROBES = 32
 
+#: Rule 4: the rewrite rules of onnxruntime's rule-based transformers, as its source names them
+#: (``GenerateRewriteRules`` in ``core/optimizer/graph_transformer_utils.cc``). Only a rule whose
+#: removal is seen to restore the outputs is ever reported; a rule missing here leaves the
+#: transformer's own name in the answer.
+REWRITE_RULES = {
+    "Level1_RuleBasedTransformer": (
+        "EliminateIdentity", "EliminateSlice", "UnsqueezeElimination", "EliminateDropout", "ExpandElimination",
+        "CastElimination", "PreShapeNodeElimination", "NoopElimination", "DivMulFusion", "FuseReluClip",
+        "GemmSumFusion", "GemmTransposeFusion", "NotWhereFusion", "ConvAddFusion", "ConvMulFusion", "ConvBNFusion",
+        "ClipQuantFusion", "ReluQuantFusion", "LabelEncoderFusion",
+    ),
+}
+
 _MODIFIED = re.compile(r"GraphTransformer (\S+) modified: (\d+)")
 
 
@@ -65,7 +83,7 @@ def modifying_transformers(log: str) -> list[str]:
     return names
 
 
-# -- the child process (rule 4) -------------------------------------------------------------
+# -- the child process (rule 5) -------------------------------------------------------------
 
 def _session_run(path: str, level: str, disabled: Sequence[str], sets: Sequence[tuple[str, dict]]
                  ) -> tuple[str, list[str], list[dict[str, np.ndarray]]]:
@@ -97,13 +115,14 @@ def _session_run(path: str, level: str, disabled: Sequence[str], sets: Sequence[
         log.seek(0)
         text = log.read().decode("utf-8", "replace")
     names = modifying_transformers(text) if level != "off" else []
-    outs = []
+    outs: list[dict[str, np.ndarray] | str] = []  # per set: the outputs, or why it failed
     out_names = [o.name for o in session.get_outputs()]
     for _label, feeds in sets:
         try:
             values = session.run(None, feeds)
         except Exception as exc:  # noqa: BLE001
-            return "error", str(exc).strip().splitlines()[-1][:300], []
+            outs.append(str(exc).strip().splitlines()[-1][:300])
+            continue
         outs.append(dict(zip(out_names, values, strict=True)))
     return "ok", names, outs
 
@@ -116,8 +135,9 @@ class OrtProbe:
     modified: tuple[str, ...]
     fails: bool
     first: OutputDiff | None
-    error: str | None
+    error: str | None  # the session could not be made at all
     seconds: float
+    failure: str | None = None  # runs where level off runs no more, or lacks an output
 
     @property
     def ignored(self) -> tuple[str, ...]:
@@ -126,9 +146,12 @@ class OrtProbe:
 
     def as_dict(self) -> dict:
         d = {"disabled": list(self.disabled), "modified": list(self.modified), "fails": self.fails,
-             "seconds": round(self.seconds, 3), "error": self.error}
+             "seconds": round(self.seconds, 3), "error": self.error, "failure": self.failure}
         if self.first is not None:
-            d["first_failure"] = self.first.as_dict() if hasattr(self.first, "as_dict") else str(self.first)
+            f = self.first
+            d["first_failure"] = {"output": f.name, "input_set": f.input_set, "max_abs_diff": _num(f.max_abs_diff),
+                                  "max_rel_diff": _num(f.max_rel_diff), "mismatches": f.mismatches, "size": f.size,
+                                  "new_nonfinite": f.new_nonfinite, "text": f.describe()}
         if self.ignored:
             d["ignored"] = list(self.ignored)
         return d
@@ -195,6 +218,11 @@ class OrtBisectResult:
                 "seconds": round(self.seconds, 3), "summary": self.describe()}
 
 
+def _num(x: float) -> float | str:
+    """JSON has no inf/NaN: they are written as strings."""
+    return float(x) if x == x and abs(x) != float("inf") else str(x)
+
+
 def _first_failure(diffs: Sequence[OutputDiff]) -> OutputDiff | None:
     return next((d for d in diffs if not d.ok), None)
 
@@ -236,7 +264,7 @@ def bisect_ort(
 
 
 class _Child:
-    """Rule 4: one child process answering :func:`_session_run` requests over a pipe."""
+    """Rule 5: one child process answering :func:`_session_run` requests over a pipe."""
 
     def __enter__(self) -> _Child:
         self.proc = subprocess.Popen([sys.executable, "-m", "fusionviz.ortbisect"], stdin=subprocess.PIPE,
@@ -298,6 +326,14 @@ def _search(child: _Child, path, sets, level, rtol, atol, bound, progress, t0) -
         return child.call(path, lvl, tuple(disabled), sets)
 
     status, why, ref = session("off", ())
+    if status == "ok":  # like verify: a set the model itself fails on is left out, unless it is the main one
+        bad = next(((lab, r) for (lab, _), r in zip(sets, ref, strict=True)
+                    if isinstance(r, str) and lab in ("normal", "given", "user")), None)
+        if bad is not None:
+            status, why = "error", f"on input set '{bad[0]}': {bad[1]}"
+        else:
+            kept = [k for k, r in enumerate(ref) if not isinstance(r, str)]
+            sets, ref = [sets[k] for k in kept], [ref[k] for k in kept]
     if status != "ok":
         return OrtBisectResult(level, (), None, (), False, (), False,
                                error=f"the model does not run at level off: {why}",
@@ -315,14 +351,19 @@ def _search(child: _Child, path, sets, level, rtol, atol, bound, progress, t0) -
             p = OrtProbe(tuple(sorted(disabled)), (), True, None, names, time.perf_counter() - s0)
         else:
             diffs: list[OutputDiff] = []
+            failed = None
             for (lab, _), a, b in zip(sets, ref, outs, strict=True):
+                if isinstance(b, str):
+                    failed = f"fails on input set '{lab}' where level off runs: {b}"
+                    break
                 got, missing = judge(a, b, input_set=lab, rtol=rtol, atol=atol)
                 diffs.extend(got)
                 if missing:
+                    failed = missing
                     break
             first = _first_failure(diffs)
-            p = OrtProbe(tuple(sorted(disabled)), tuple(names), first is not None, first, None,
-                         time.perf_counter() - s0)
+            p = OrtProbe(tuple(sorted(disabled)), tuple(names), first is not None or failed is not None, first,
+                         None, time.perf_counter() - s0, failed)
         cache[key] = p
         probes.append(p)
         if progress:
@@ -364,8 +405,49 @@ def _search(child: _Child, path, sets, level, rtol, atol, bound, progress, t0) -
         enabled = [n for n in enabled if n not in found and n in after.modified]
         if not minimal:
             break
+    if restored and not bound_hit and any(n in REWRITE_RULES for c in culprits for n in c):
+        culprits, bound_hit = _rules(culprits, candidates, probe, probes, bound)
     return OrtBisectResult(level, candidates, base, tuple(culprits), restored, tuple(probes), bound_hit,
                            seconds=time.perf_counter() - t0)
+
+
+def _rules(culprits, candidates, probe, probes, bound) -> tuple[list[tuple[str, ...]], bool]:
+    """Rule 4: a rule-based transformer among the culprits narrowed to its rewrite rules."""
+    out: list[tuple[str, ...]] = []
+    hit = False
+    for k, found in enumerate(culprits):
+        refined = list(found)
+        for name in found:
+            rules = list(REWRITE_RULES.get(name, ()))
+            if not rules or hit:
+                continue
+            others = [n for n in candidates if n not in found]  # only this set enabled
+            earlier = [r for c in out for r in c] + [n for c in culprits[k + 1:] for n in c]
+
+            def fails(keep: list[str], others=others, earlier=earlier, rules=rules) -> bool | None:
+                if len(probes) >= bound:
+                    return None
+                off = [r for r in rules if r not in keep]
+                return probe([*others, *earlier, *off], "rules " + (", ".join(keep) or "none")).fails
+
+            none = fails([])
+            if none is None:
+                hit = True
+                continue
+            if none:  # the responsible rule is not one of those listed: keep the transformer's name
+                continue
+            got, minimal = ddmin(rules, fails)
+            if not minimal:
+                hit = True
+                continue
+            refined = [r for n in refined for r in ([*got] if n == name else [n])]
+        out.append(tuple(refined))
+    if out != list(culprits) and len(probes) < bound:
+        names = sorted({n for c in out for n in c})
+        final = probe(names, "without " + ", ".join(names))
+        if not final.fails:
+            return out, hit
+    return list(culprits), hit or len(probes) >= bound
 
 
 

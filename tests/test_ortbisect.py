@@ -127,3 +127,33 @@ def test_cli_bisect_passes_on_request_names_the_broken_pass(monkeypatch, tmp_pat
     assert code == 0, err
     assert "fails with test_scale_weight alone; passes without it" in out
     assert "test_scale_weight: its result changed output 'y'" in out
+
+
+def test_a_rule_based_transformer_is_narrowed_to_its_rule():
+    """Rule 4 on a simulated onnxruntime: ConvBNFusion (a rule of Level1_RuleBasedTransformer)
+    changes the outputs; disabling it alone restores them."""
+    from types import SimpleNamespace
+
+    from fusionviz.ortbisect import _rules
+
+    probes = []
+
+    def probe(disabled, label):
+        off = set(disabled)
+        fails = not ({"ConvBNFusion", "Level1_RuleBasedTransformer"} & off)
+        probes.append(label)
+        return SimpleNamespace(fails=fails)
+
+    got, hit = _rules([("Level1_RuleBasedTransformer",)], ("Level1_RuleBasedTransformer", "NchwcTransformer"),
+                      probe, probes, 32)
+    assert got == [("ConvBNFusion",)] and not hit
+    assert probes[-1] == "without ConvBNFusion"
+
+    probes.clear()
+
+    def probe_unlisted(disabled, label):  # the rule at fault is not one of REWRITE_RULES
+        probes.append(label)
+        return SimpleNamespace(fails="Level1_RuleBasedTransformer" not in disabled)
+
+    got, _ = _rules([("Level1_RuleBasedTransformer",)], ("Level1_RuleBasedTransformer",), probe_unlisted, probes, 32)
+    assert got == [("Level1_RuleBasedTransformer",)] and probes == ["rules none"]

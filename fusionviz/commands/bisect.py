@@ -62,8 +62,9 @@ def _ort(args, level: str) -> int:
             return 0
     print(f"{printable(loaded.name, 100)}: {len(found.candidates)} transformers changed the graph at level "
           f"{level}: {', '.join(found.candidates) or 'none'}")
-    if found.baseline is not None and found.baseline.first is not None:
-        print(f"level {level} vs off: {found.baseline.first.describe()}")
+    base = found.baseline
+    if base is not None and (base.first is not None or base.failure):
+        print(f"level {level} vs off: {printable(base.failure or base.first.describe(), 400)}")
     print(printable(found.describe(), 600))
     for p in found.probes:
         if p.ignored:
