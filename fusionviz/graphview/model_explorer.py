@@ -220,22 +220,41 @@ def change_node_data(diff, graph_ids: Mapping[str, str]) -> dict:
     return out
 
 
-def write_export(out_dir: str | Path, label: str, before: onnx.ModelProto, after: onnx.ModelProto, diff,
+def export_files(label: str, before: onnx.ModelProto, after: onnx.ModelProto, diff,
                  overlays: Mapping[str, Mapping[str, object]] | None = None,
-                 graph_ids: tuple[str, str] = ("before", "after")) -> list[Path]:
-    """Write ``graphs.json``, ``node_data_change.json`` and one ``node_data_<kind>.json`` per
-    overlay kind (``overlays``: kind -> side -> Overlay) into ``out_dir``; returns the paths."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+                 graph_ids: tuple[str, str] = ("before", "after")) -> dict[str, str]:
+    """File name -> JSON text: ``graphs.json``, ``node_data_change.json`` and one
+    ``node_data_<kind>.json`` per overlay kind (``overlays``: kind -> side -> Overlay)."""
     ids = dict(zip(("before", "after"), graph_ids, strict=True))
     doc = graphs_json(label, [graph_json(before, ids["before"], diff=diff, side="before"),
                               graph_json(after, ids["after"], diff=diff, side="after")])
     files = {"graphs.json": doc, "node_data_change.json": change_node_data(diff, ids)}
     for kind, by_side in (overlays or {}).items():
         files[f"node_data_{kind}.json"] = overlay_node_data({ids[s]: ov for s, ov in by_side.items()})
+    return {name: json.dumps(data, indent=1, allow_nan=False) for name, data in files.items()}
+
+
+def export_zip(files: Mapping[str, str]) -> bytes:
+    """The files of :func:`export_files` in one zip (the Graph page's download)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return buf.getvalue()
+
+
+def write_export(out_dir: str | Path, label: str, before: onnx.ModelProto, after: onnx.ModelProto, diff,
+                 overlays: Mapping[str, Mapping[str, object]] | None = None,
+                 graph_ids: tuple[str, str] = ("before", "after")) -> list[Path]:
+    """:func:`export_files` written into ``out_dir``; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, data in files.items():
+    for name, text in export_files(label, before, after, diff, overlays, graph_ids).items():
         p = out / name
-        p.write_text(json.dumps(data, indent=1, allow_nan=False), encoding="utf-8")
+        p.write_text(text, encoding="utf-8")
         paths.append(p)
     return paths

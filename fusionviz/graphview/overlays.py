@@ -53,6 +53,7 @@ class Overlay:
         unit: "ms", "B" or "" (see ``build.format_value``).
         nan_label: the name of a NaN value in the legend ("" when the kind has none).
         note: one line on where the numbers come from (and what is missing).
+        missing: nodes that should have a value and have none (memory: outputs of unknown size).
     """
 
     kind: str
@@ -63,6 +64,7 @@ class Overlay:
     unit: str = ""
     nan_label: str = ""
     note: str = ""
+    missing: int = 0
 
     def value(self, key: str) -> float | None:
         """The value of node ``key``, or None."""
@@ -150,7 +152,7 @@ def memory_overlay(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] |
     if unknown:
         note += f"; {unknown:,} node(s) write a tensor of unknown size (not coloured)"
     return Overlay("memory", "writes", tuple((k, float(v)) for k, v in got.items()), MEMORY_SCALE,
-                   D.MEMORY_FILLS, unit="B", note=note)
+                   D.MEMORY_FILLS, unit="B", note=note, missing=unknown)
 
 
 def error_overlay(values: Iterable[tuple[str, float]], scale: tuple[tuple[float, str], ...], note: str = "") -> Overlay:

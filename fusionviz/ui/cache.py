@@ -455,3 +455,25 @@ def backend_availability() -> tuple[tuple[str, ...], dict[str, str]]:
 
     got = availability()
     return tuple(b for b, why in got.items() if why is None), {b: why for b, why in got.items() if why}
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def node_times(key: tuple, inputs_key: tuple, _model: onnx.ModelProto, _plan):
+    """``profile.node_times`` of one snapshot (``key`` identifies it and its side) on the InputPlan
+    ``_plan``, run in a child process: a NodeTimes, or the sentence saying why it could not run."""
+    from fusionviz import errors
+    from fusionviz.profile import node_times as _node_times
+
+    try:  # isolated: an uploaded model that allocates gigabytes must not take the server down
+        return _node_times(_model, _plan.feeds("user" if _plan.user_data else "normal"), isolated=True)
+    except errors.FusionvizError as exc:
+        return f"The nodes could not be timed: {exc}"
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def memory_overlay(key: tuple, inputs_key: tuple, measured: bool, _model: onnx.ModelProto, _shapes, _measured):
+    """``graphview.overlays.memory_overlay`` of one snapshot; ``measured`` says whether ``_measured``
+    (the profile's bytes written, for outputs shape inference cannot size) is given."""
+    from fusionviz.graphview.overlays import memory_overlay as _memory
+
+    return _memory(_model, _shapes or None, _measured)

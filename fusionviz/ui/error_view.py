@@ -2,8 +2,9 @@
 
 Rules (the code points back to them):
 
-1. Off by default. "Colour by error" in the View popover (kept with the graph options, so it
-   stays on across reruns and pairs) turns it on; only then is the per-tensor comparison run
+1. Off by default. "Error per tensor" in the Graph page's overlay selector (``overlay_view``:
+   kept with the graph options and in the URL, ``?overlay=error``) turns it on; only then is the
+   per-tensor comparison run
    (:func:`fusionviz.compare.compare_models`, each chunk in the verification child), on the
    current inputs (the user's data when given, else the ``normal`` set), and kept per pair and
    inputs (``cache.compare``): a rerun, a focus or a search costs nothing.
@@ -31,28 +32,14 @@ from fusionviz.ui import cache, state
 
 logger = logging.getLogger(__name__)
 
-TOGGLE = "graph_error"
-OPT = "error"  # key in the graph options (state.GRAPH_OPTS)
 TITLE = "max rel"
 
 
 def enabled() -> bool:
-    """Rule 1: whether the overlay is on."""
-    return bool((st.session_state.get(state.GRAPH_OPTS) or {}).get(OPT, False))
+    """Rule 1: whether the overlay is on (the overlay selector says ``error``)."""
+    from fusionviz.ui import overlay_view
 
-
-def _changed() -> None:
-    opts = dict(st.session_state.get(state.GRAPH_OPTS) or {})
-    opts[OPT] = bool(st.session_state[TOGGLE])
-    st.session_state[state.GRAPH_OPTS] = opts
-
-
-def toggle() -> None:
-    """Rule 1: the switch (call it inside the View popover)."""
-    state.seed(TOGGLE, enabled())
-    st.toggle("Colour by error", key=TOGGLE, on_change=_changed,
-              help="Run both graphs on the same inputs with every tensor exposed and colour the after pane by "
-                   "each node's error against the before side; find where the error starts.")
+    return overlay_view.current() == "error"
 
 
 def current(loaded: Any, key: tuple, before: onnx.ModelProto, after: onnx.ModelProto, in_body: bool) -> Any:
@@ -73,10 +60,11 @@ def current(loaded: Any, key: tuple, before: onnx.ModelProto, after: onnx.ModelP
 def overlay(result: Any) -> dict:
     """Rule 2: the after pane's RenderOptions for ``result`` (empty when there is nothing to draw)."""
     from fusionviz.compare import ERROR_SCALE, CompareResult
+    from fusionviz.graphview.overlays import error_overlay
 
     if not isinstance(result, CompareResult):
         return {}
-    return {"node_values": result.node_values("b"), "value_scale": ERROR_SCALE, "value_title": TITLE}
+    return error_overlay(result.node_values("b"), ERROR_SCALE).render_options()
 
 
 def _legend_html() -> str:

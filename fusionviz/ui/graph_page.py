@@ -30,6 +30,10 @@ Rules (the code points back to them):
 9. The panes keep their place in the page: whatever comes and goes between the bar and the panes
    (banners, notes, the search row, a spinner) is drawn in one container, so Streamlit never
    replaces the panes' frames (which would lose the view) when it appears or goes.
+10. The selected node and its counterparts are shown in a side panel beside the panes
+    (``panel_view``), not below them; the per-node overlay is chosen in the bar
+    (``overlay_view``: change class, time, memory, error; ``?overlay=`` in the URL), and the
+    Export popover also writes the pair in Model Explorer's graph and node-data JSON.
 """
 
 from __future__ import annotations
@@ -42,7 +46,17 @@ import onnx
 import streamlit as st
 
 from fusionviz import errors
-from fusionviz.ui import body_view, cache, common, compiled_view, error_view, nearmiss_view, state
+from fusionviz.ui import (
+    body_view,
+    cache,
+    common,
+    compiled_view,
+    error_view,
+    nearmiss_view,
+    overlay_view,
+    panel_view,
+    state,
+)
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator
@@ -356,7 +370,7 @@ def _toolbar(result: Any, collapse_on: bool) -> tuple[DeltaGenerator, DeltaGener
     if current not in choices:
         current = "current"
     opts = st.session_state.get(state.GRAPH_OPTS) or {}
-    c = st.columns([2.7, 2.7, 1.2, 1.55, 1.0, 1.1], vertical_alignment="center")
+    c = st.columns([2.45, 2.35, 1.15, 1.45, 1.75, 0.95, 1.05], vertical_alignment="center")
     state.seed("graph_compare", current)
     c[0].selectbox("Compare", list(choices), format_func=choices.get, key="graph_compare",
                    on_change=_set_compare, label_visibility="collapsed")
@@ -370,15 +384,18 @@ def _toolbar(result: Any, collapse_on: bool) -> tuple[DeltaGenerator, DeltaGener
     c[3].toggle("Changed only", key="graph_changed_only", on_change=_set_opt,
                 args=("changed_only", "graph_changed_only"),
                 help="Draw only what the passes changed, with a hop of context.")
-    view = c[4].popover("View", icon=":material/tune:", width="stretch")
+    overlay_view.selector(c[4])
+    view = c[5].popover("View", icon=":material/tune:", width="stretch")
     with view:
+        state.seed("graph_panel_on", bool(opts.get("panel", True)))
+        st.toggle("Side panel", key="graph_panel_on", on_change=_set_opt, args=("panel", "graph_panel_on"),
+                  help="The selected node's details beside the panes.")
         state.seed("graph_stacked", bool(opts.get("stacked", False)))
         st.toggle("Stack vertically", key="graph_stacked", on_change=_set_opt,
                   args=("stacked", "graph_stacked"), help="For narrow screens.")
         state.seed("graph_hops", int(opts.get("hops", 2)))
         st.slider("Hops around focus", 1, 6, key="graph_hops", on_change=_set_opt, args=("hops", "graph_hops"))
-        error_view.toggle()
-    export = c[5].popover("Export", icon=":material/download:", width="stretch")
+    export = c[6].popover("Export", icon=":material/download:", width="stretch")
     return view, export
 
 
@@ -574,8 +591,10 @@ def _details(before: onnx.ModelProto, after: onnx.ModelProto, links: Links, pair
 # ------------------------------------------------------------------ exports (rule 7)
 
 
-def _exports(box: DeltaGenerator, loaded: LoadedModel, rendered: dict[str, Rendered | None]) -> None:
-    """Rule 7: SVG, PNG and DOT of each pane as drawn (made when the button is pressed)."""
+def _exports(box: DeltaGenerator, loaded: LoadedModel, rendered: dict[str, Rendered | None],
+             me: tuple | None = None) -> None:
+    """Rule 7: SVG, PNG and DOT of each pane as drawn (made when the button is pressed); rule 10:
+    the pair in Model Explorer's JSON (``me``: before, after, diff, overlays computed so far)."""
     from fusionviz.graphview import render_png
     from fusionviz.ui.graph_component import svg_for
 
@@ -599,6 +618,18 @@ def _exports(box: DeltaGenerator, loaded: LoadedModel, rendered: dict[str, Rende
             c[2].download_button("DOT", data=lambda d=dot: d.encode("utf-8"), file_name=f"{stem}_{side}.dot",
                                  mime="text/vnd.graphviz", key=f"graph_export_{side}_dot", on_click="ignore",
                                  width="stretch")
+        if me is not None and me[2] is not None:
+            from fusionviz.graphview.model_explorer import export_files, export_zip
+
+            before, after, diff, overlays = me
+            kinds = ", ".join(["change class", *overlays]) if overlays else "change class"
+            st.markdown("**Model Explorer** (both graphs, provenance, overlays)",
+                        help="graphs.json opens in Google Model Explorer; each node_data_*.json then colours its "
+                             f"nodes. Overlays in the file: {kinds} (choose another overlay to add it).")
+            st.download_button("Model Explorer JSON (.zip)",
+                               data=lambda: export_zip(export_files(loaded.name, before, after, diff, overlays)),
+                               file_name=f"{stem}_model_explorer.zip", mime="application/zip",
+                               key="graph_export_me", on_click="ignore", width="stretch")
 
 
 def _set_expanded() -> None:
@@ -629,6 +660,7 @@ def body() -> None:
     loaded = common.require_model()
     st.markdown(_CSS, unsafe_allow_html=True)
     _focus_from_url()
+    overlay_view.from_url()
     body_view.from_url()
     nearmiss_view.from_url()
     result = common.current_pipeline()
@@ -654,7 +686,7 @@ def body() -> None:
     _search_selects(text, hits)
     overlay = nearmiss_view.overlay(result, near) if opened is None else ()
     errs = error_view.current(loaded, key, before, after, in_body=opened is not None)
-    heat = error_view.overlay(errs)  # the after pane's colours (error_view rule 2)
+    ovl, ovl_why = overlay_view.compute(loaded, key, before, after, in_body=opened is not None, errs=errs)
 
     shown = {"selected": selection(links)[0] is not None, "match": any(hits.values()), "near_miss": bool(overlay)}
     _header(caption, getattr(diff, "counts", None), shown)
@@ -665,6 +697,7 @@ def body() -> None:
         nearmiss_view.picker(result, near)
         nearmiss_view.banner(near)
         error_view.banner(errs, _set_focus)
+        overlay_view.legend(ovl, ovl_why)
 
     focus = st.session_state.get(state.FOCUS)
     if focus and not (links.has("before", focus) or links.has("after", focus)):
@@ -678,7 +711,7 @@ def body() -> None:
             continue
         opts = common.render_options(focus=_side_focus(links, focus, side), max_nodes=max_draw(),
                                      collapse=collapse_on, auto_collapse=True, near_misses=overlay,
-                                     **(heat if side == "after" else {}))
+                                     **(ovl[side].render_options() if side in ovl else {}))
         try:
             rendered[side] = _render(key, side, opts, model, diff, before)
         except errors.FusionvizError as exc:
@@ -697,7 +730,15 @@ def body() -> None:
     with above:
         _prepare_layouts(rendered)
     stacked = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("stacked"))
-    panes = [st.container(), st.container()] if stacked else list(st.columns(2, gap="small"))
+    panel_on = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("panel", True))
+    side_box = None
+    if panel_on and stacked:  # rule 10: the panel beside the two stacked panes
+        left, side_box = st.columns([3, 1.1], gap="small")
+        panes = [left.container(), left.container()]
+    elif panel_on:
+        *panes, side_box = st.columns([1, 1, 0.66], gap="small")
+    else:
+        panes = [st.container(), st.container()] if stacked else list(st.columns(2, gap="small"))
     pending: list[str] = []
     for pane, side in zip(panes, SIDES, strict=True):
         with pane, common.guard(f"drawing the {side} graph"):
@@ -712,14 +753,22 @@ def body() -> None:
             st.caption(f"The {len(cp.others)} linked node(s) are not drawn in the {cp.other_side} pane "
                        "(focus or changed-only hides them).")
 
-    _exports(export_box, loaded, rendered)
+    pair_ovl = overlay_view.computed((key, state.input_plan(loaded).key))
+    if side_box is not None:
+        with side_box, common.guard("drawing the side panel"):
+            near_all = tuple(m for r in reports for m in getattr(r, "near_misses", ())) if opened is None else ()
+            panel_view.draw(2 * STACKED_HEIGHT if stacked else PANE_HEIGHT, {"before": before, "after": after},
+                            key, diff, links, selection(links), near_all, pair_ovl, _set_focus)
+    _exports(export_box, loaded, rendered, (before, after, diff, pair_ovl))
     _blocks(view_box, rendered)
-    with st.expander("Node details: both sides", expanded=bool(sel)):
-        try:
-            _details(before, after, links, key)
-        except errors.FusionvizError as exc:
-            st.error(str(exc))
+    if side_box is None:
+        with st.expander("Node details: both sides", expanded=bool(sel)):
+            try:
+                _details(before, after, links, key)
+            except errors.FusionvizError as exc:
+                st.error(str(exc))
     _focus_to_url()
+    overlay_view.to_url()
     body_view.to_url()
     nearmiss_view.to_url()
     _lay_out_the_rest(pending)

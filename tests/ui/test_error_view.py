@@ -1,4 +1,4 @@
-"""Graph page: colour by error (ui/error_view.py), off by default, on from the View popover."""
+"""Graph page: colour by error (ui/error_view.py), off by default, on from the overlay selector."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import onnx
 from ui_helpers import errors_of, goto
 
 from fusionviz import model_io
-from fusionviz.ui import error_view, state
+from fusionviz.ui import error_view, overlay_view, state
 from tests.test_compare import small_cnn
 
 
@@ -23,14 +23,14 @@ def _texts(elements) -> list[str]:
     return [e.value for e in elements]
 
 
-def test_off_by_default_and_on_from_the_toggle_without_divergence(app, tmp_path):
+def test_off_by_default_and_on_from_the_selector_without_divergence(app, tmp_path):
     _open(app, tmp_path, ["fold_batchnorm", "fuse_conv_activation"])
     goto(app, "graph")
-    assert not app.toggle(key=error_view.TOGGLE).value
+    assert app.selectbox(key=overlay_view.SELECT).value == "change"
     assert not any("tensor" in t for t in _texts(app.success) + _texts(app.warning))
-    app.toggle(key=error_view.TOGGLE).set_value(True).run()
+    app.selectbox(key=overlay_view.SELECT).set_value("error").run()
     assert not app.exception and errors_of(app) == []
-    assert app.session_state[state.GRAPH_OPTS]["error"] is True
+    assert app.session_state[state.GRAPH_OPTS]["overlay"] == "error" and app.query_params["overlay"] == "error"
     ok = [t for t in _texts(app.success) if "No tensor beyond tolerance" in t]
     assert ok and "tensors compared on input set 'normal'" in ok[0]
     assert any("After pane, largest error" in m.value for m in app.markdown)
@@ -39,7 +39,7 @@ def test_off_by_default_and_on_from_the_toggle_without_divergence(app, tmp_path)
 def test_a_divergence_is_named_and_the_button_focuses_its_node(app, tmp_path):
     _open(app, tmp_path, ["int8_dynamic"])
     goto(app, "graph")
-    app.toggle(key=error_view.TOGGLE).set_value(True).run()
+    app.selectbox(key=overlay_view.SELECT).set_value("error").run()
     warn = [t for t in _texts(app.warning) if "First tensor beyond tolerance" in t]
     assert warn and "`c1` (Conv conv1 in before," in warn[0]
     app.button(key="graph_error_focus").click().run()
