@@ -125,3 +125,24 @@ def test_cli_keep_fp32_errors_are_one_line(tmp_path, capsys):
     code, _, err = _cli(capsys, "optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--all",
                         "--keep-fp32", "dense1")
     assert code == 2 and "for precision passes" in err
+
+
+def test_report_carries_the_per_tensor_rows_for_a_lossy_pass_and_on_request(tmp_path, capsys):
+    import json
+
+    src = tmp_path / "m.onnx"
+    onnx.save(dense_model(), str(src))
+    code, _, err = _cli(capsys, "optimize", str(src), "-o", str(tmp_path / "q.onnx"), "--passes", "int8_dynamic",
+                        "--report", str(tmp_path / "q.json"))
+    assert code == 0, err
+    rows = json.loads((tmp_path / "q.json").read_text())["compare"]["rows"]
+    assert {r["tensor"] for r in rows} == {"h1", "r1", "h2", "r2", "y"}
+    assert any(not r["ok"] for r in rows)
+    code, _, err = _cli(capsys, "optimize", str(src), "-o", str(tmp_path / "e.onnx"), "--all",
+                        "--report", str(tmp_path / "e.json"))
+    assert code == 0, err
+    assert not json.loads((tmp_path / "e.json").read_text()).get("compare")  # exact and verified: not needed
+    code, _, err = _cli(capsys, "optimize", str(src), "-o", str(tmp_path / "c.onnx"), "--all", "--compare",
+                        "--report", str(tmp_path / "c.html"))
+    assert code == 0, err
+    assert "Per-tensor comparison" in (tmp_path / "c.html").read_text()

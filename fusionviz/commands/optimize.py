@@ -39,6 +39,9 @@ def register(sub) -> None:
     p.add_argument("--keep-fp32", metavar="NODE,NODE", default=None,
                    help="precision passes (fp16, int8_*) keep these nodes in float32 (compare of the original "
                         "and a precision result lists the nodes that add the most error)")
+    p.add_argument("--compare", action="store_true",
+                   help="compare every intermediate tensor of the original and the result and put the rows in "
+                        "--report (done anyway when verification fails, a pass is declined or a pass is lossy)")
     p.add_argument("--no-bisect", action="store_true",
                    help="when verification fails, fail (exit 3) instead of finding the passes responsible and "
                         "delivering the verified rest without them")
@@ -87,7 +90,8 @@ def run(args) -> int:
             raise errors.RuntimeLoadError(v.error + (f"; bisection: {found.describe()}" if found else ""))
         if not v.ok and exact:
             code = 3
-    report = _report(args, loaded, plan, shapes, [p.name for p in passes], result, v, found)
+    cmp_ = _compare(args, loaded, plan, frozen, passes, result, v, found)
+    report = _report(args, loaded, plan, shapes, [p.name for p in passes], result, v, found, cmp_)
     _, data_file = model_io.save_model_files(result.final, args.output, external=True if args.external_data else None)
     weights = f" (weights in {data_file})" if data_file else ""
     common.progress(f"nodes {result.nodes_before} -> {result.nodes_after}; wrote {args.output}{weights}")
@@ -122,7 +126,27 @@ def _keep_fp32(args, model, passes) -> list[str]:
     return names
 
 
-def _report(args, loaded, plan, shapes, names, result, v, found) -> dict:
+def _compare(args, loaded, plan, frozen, passes, result, v, found):
+    """The per-tensor comparison for the report: on request (``--compare``), or when it tells the
+    user something verification alone does not (a failure, a declined pass, a lossy pass)."""
+    if not args.report or args.no_verify:
+        return None
+    lossy = not all(p.exact for p in passes)
+    if not (args.compare or lossy or (v is not None and not v.ok) or (found is not None and found.declined)):
+        return None
+    from fusionviz.compare import compare_models
+
+    reference = loaded.proto if frozen else result.original
+    try:
+        cmp_ = compare_models(reference, result.final, plan=plan, rtol=args.rtol, atol=args.atol, isolated=True)
+    except errors.FusionvizError as exc:
+        common.progress(f"note: no per-tensor comparison in the report: {exc}")
+        return None
+    common.progress(f"compare: {cmp_.divergence_line()}")
+    return cmp_
+
+
+def _report(args, loaded, plan, shapes, names, result, v, found, cmp_=None) -> dict:
     """The report (``fusionviz.report.build``, the app's schema) with the command that reproduces the run."""
     from fusionviz import report as R
     from fusionviz import samples
@@ -134,7 +158,7 @@ def _report(args, loaded, plan, shapes, names, result, v, found) -> dict:
                             freeze=parse_values(getattr(args, "freeze", None)), rtol=args.rtol, atol=args.atol,
                             keep_fp32=[n.strip() for n in (args.keep_fp32 or "").split(",") if n.strip()])
     return R.build(model_name=loaded.name, sha256=loaded.sha256, source="sample" if is_sample else "file",
-                   result=result, plan=plan, verification=v, bisect=found, command=command)
+                   result=result, plan=plan, verification=v, bisect=found, compare=cmp_, command=command)
 
 
 def _say_reports(result) -> None:
