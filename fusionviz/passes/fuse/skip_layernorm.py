@@ -32,7 +32,8 @@ def _is_3d_same(a: ir.Value, b: ir.Value) -> str | None:
     if len(sb) == 3 and list(sa.dims) == list(sb.dims):
         return None
     if len(sb) == 3 and sa.dims[2] == sb.dims[2] and all(
-        not isinstance(x, int) and not isinstance(y, int) for x, y in zip(sa.dims[:2], sb.dims[:2], strict=True)
+        x == y or (not isinstance(x, int) and not isinstance(y, int))
+        for x, y in zip(sa.dims[:2], sb.dims[:2], strict=True)
     ):
         # Symbolic (B, S) on both sides that shape inference could not unify; the kernel checks
         # the shapes at run time and fails loudly (never silently) if they differ.

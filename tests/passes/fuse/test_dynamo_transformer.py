@@ -1,0 +1,307 @@
+"""Transformer fusions on the node patterns torch's dynamo exporter writes for ``transformers`` models.
+
+Each fixture copies, at small dims, what ``torch.onnx.export(..., dynamo=True)`` writes for one
+model family (read from ``benchmarks/transformer_exports.py``'s exports): GPT-2 (packed
+``c_attn`` Gemm + Split, the key transposed through 3-D with Shape/Slice/Concat targets, a
+``Where(keep, 0, finfo.min)`` causal mask, the IsNaN/Where guard after Softmax, the context
+reshaped to (B·S, hidden) for a Gemm), ViT (head reshape to (1, S, -1, H), constant 3-D key
+targets, a constant all-keep mask), BERT (a padding mask from the int attention_mask) and
+Llama / Qwen2 (rotary on Q and K, grouped K/V heads repeated, RMSNorm). The fused model is run
+in onnxruntime against the original (1e-3 relative for attention).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper as onh
+import pytest
+
+from fusionviz.passes.pipeline import run_pipeline
+from fusionviz.passes.registry import default_passes
+from fusionviz.verify import verify
+
+S, HID, NH = 8, 32, 4
+HS = HID // NH
+FMIN = float(np.finfo(np.float32).min)
+I64_MAX, I64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+
+
+class _G:
+    def __init__(self, seed: int = 0) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.rng = np.random.default_rng(seed)
+        self.n = 0
+
+    def name(self, base: str) -> str:
+        self.n += 1
+        return f"{base}_{self.n}"
+
+    def const(self, arr, base: str = "c") -> str:
+        nm = self.name(base)
+        self.inits.append(onh.from_array(np.asarray(arr), nm))
+        return nm
+
+    def i64(self, *vals: int) -> str:
+        return self.const(np.array(vals, np.int64), "shape")
+
+    def w(self, *shape: int, scale: float = 0.2) -> str:
+        return self.const((self.rng.standard_normal(shape) * scale).astype(np.float32), "w")
+
+    def op(self, op: str, inputs, n_out: int = 1, domain: str = "", **attrs):
+        outs = [self.name(op.lower()) for _ in range(n_out)]
+        self.nodes.append(oh.make_node(op, list(inputs), outs, name=self.name(f"node_{op}"), domain=domain, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def model(self, inputs, outputs, opset: int = 20) -> onnx.ModelProto:
+        graph = oh.make_graph(self.nodes, "dynamo", inputs, outputs, self.inits)
+        return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=10)
+
+
+def _key_transposed_3d(g: _G, k: str, constant: tuple[list[int], list[int]] | None = None) -> str:
+    """k.transpose(-2, -1) as the dynamo exporter writes it for a 4-D key: through 3-D."""
+    if constant is not None:
+        t1, t2 = g.i64(*constant[0]), g.i64(*constant[1])
+    else:
+        shape = g.op("Shape", [k], start=0)
+        last = g.op("Slice", [shape, g.i64(-1), g.i64(I64_MAX)])
+        second = g.op("Slice", [shape, g.i64(-2), g.i64(-1)])
+        lead = g.op("Slice", [shape, g.i64(I64_MIN), g.i64(-2)])
+        t1 = g.op("Concat", [g.i64(-1), second, last], axis=0)
+        t2 = g.op("Concat", [lead, last, second], axis=0)
+    r = g.op("Reshape", [k, t1])
+    t = g.op("Transpose", [r], perm=[0, 2, 1])
+    return g.op("Reshape", [t, t2])
+
+
+def _sdpa(g: _G, q: str, k: str, v: str, mask: str | None, *, key_constant=None) -> str:
+    """torch's decomposition of scaled_dot_product_attention: √scale on Q and Kᵀ, the mask added,
+    Softmax guarded by Where(IsNaN(p), 0, p), ·V."""
+    s = g.const(np.float32(1.0 / np.sqrt(np.sqrt(HS))), "scale")
+    kt = _key_transposed_3d(g, k, key_constant)
+    scores = g.op("MatMul", [g.op("Mul", [q, s]), g.op("Mul", [kt, s])])
+    if mask is not None:
+        scores = g.op("Add", [scores, mask])
+    p = g.op("Softmax", [scores], axis=-1)
+    guarded = g.op("Where", [g.op("IsNaN", [p]), g.const(np.float32(0.0), "zero"), p])
+    return g.op("MatMul", [guarded, v])
+
+
+def _heads(g: _G, x: str, target: str) -> str:
+    return g.op("Transpose", [g.op("Reshape", [x, target], allowzero=1)], perm=[0, 2, 1, 3])
+
+
+def _keep_mask(g: _G, keep: str, low: float = FMIN) -> str:
+    return g.op("Where", [keep, g.const(np.float32(0.0), "zero"), g.const(np.float32(low), "low")])
+
+
+def gpt2_model(layers: int = 2, low: float = FMIN) -> onnx.ModelProto:
+    g = _G()
+    x = "x"
+    mask = _keep_mask(g, "keep", low)
+    flat, to3, to4 = g.i64(-1, HID), g.i64(1, -1, HID), g.i64(1, -1, NH, HS)
+    for _ in range(layers):
+        ln = g.op("LayerNormalization", [x, g.w(HID), g.w(HID)], axis=-1, epsilon=1e-5)
+        qkv = g.op("Gemm", [g.op("Reshape", [ln, flat], allowzero=1), g.w(HID, 3 * HID), g.w(3 * HID)])
+        q, k, v = g.op("Split", [g.op("Reshape", [qkv, g.i64(1, -1, 3 * HID)], allowzero=1)], n_out=3, axis=2,
+                       num_outputs=3)
+        ctx = _sdpa(g, _heads(g, q, to4), _heads(g, k, to4), _heads(g, v, to4), mask)
+        ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), flat])
+        out = g.op("Reshape", [g.op("Gemm", [ctx, g.w(HID, HID), g.w(HID)]), to3], allowzero=1)
+        x = g.op("Add", [out, x])
+    y = g.op("LayerNormalization", [x, g.w(HID), g.w(HID)], axis=-1, epsilon=1e-5)
+    return g.model([oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, "seq", HID]),
+                    oh.make_tensor_value_info("keep", onnx.TensorProto.BOOL, [1, 1, "seq", "seq"])],
+                   [oh.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [1, "seq", HID])])
+
+
+def _linear(g: _G, x: str, n_in: int, n_out: int, bias: bool = True) -> str:
+    y = g.op("MatMul", [x, g.w(n_in, n_out)])
+    return g.op("Add", [y, g.w(n_out)]) if bias else y
+
+
+def vit_model(layers: int = 2) -> onnx.ModelProto:
+    g = _G(1)
+    x = "x"
+    mask = _keep_mask(g, g.const(np.ones((1, 1, S, S), bool), "keep"))
+    to4 = g.i64(1, S, -1, HS)
+    for _ in range(layers):
+        ln = g.op("LayerNormalization", [x, g.w(HID), g.w(HID)], axis=-1, epsilon=1e-12)
+        q, k, v = (_heads(g, _linear(g, ln, HID, HID), to4) for _ in range(3))
+        ctx = _sdpa(g, q, k, v, mask, key_constant=([-1, S, HS], [1, NH, HS, S]))
+        ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), g.i64(1, S, -1)], allowzero=1)
+        x = g.op("Add", [_linear(g, ctx, HID, HID), x])
+    return g.model([oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, S, HID])],
+                   [oh.make_tensor_value_info(x, onnx.TensorProto.FLOAT, [1, S, HID])])
+
+
+def bert_model(layers: int = 2) -> onnx.ModelProto:
+    g = _G(2)
+    x = "x"
+    pad = g.op("Cast", ["attention_mask"], to=onnx.TensorProto.BOOL)
+    keep = g.op("Expand", [g.op("Unsqueeze", [pad, g.i64(1, 2)]), g.i64(1, 1, S, S)])
+    mask = _keep_mask(g, keep)
+    to4 = g.i64(1, -1, NH, HS)
+    for _ in range(layers):
+        q, k, v = (_heads(g, _linear(g, x, HID, HID), to4) for _ in range(3))
+        ctx = _sdpa(g, q, k, v, mask)
+        ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), g.i64(1, -1, HID)], allowzero=1)
+        x = g.op("LayerNormalization", [g.op("Add", [_linear(g, ctx, HID, HID), x]), g.w(HID), g.w(HID)],
+                 axis=-1, epsilon=1e-12)
+    return g.model([oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, S, HID]),
+                    oh.make_tensor_value_info("attention_mask", onnx.TensorProto.INT64, [1, S])],
+                   [oh.make_tensor_value_info(x, onnx.TensorProto.FLOAT, [1, S, HID])])
+
+
+NKV = 2
+
+
+def _rms(g: _G, x: str) -> str:
+    ms = g.op("ReduceMean", [g.op("Pow", [x, g.const(np.float32(2.0), "two")]), g.i64(-1)], keepdims=1, noop_with_empty_axes=0)
+    r = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [ms, g.const(np.float32(1e-6), "eps")])])])
+    return g.op("Mul", [g.w(HID), g.op("Mul", [x, r])])
+
+
+def _rotary(g: _G, t: str, cos: str, sin: str) -> str:
+    half = HS // 2
+    lo = g.op("Slice", [t, g.i64(0), g.i64(half), g.i64(3), g.i64(1)])
+    hi = g.op("Slice", [t, g.i64(half), g.i64(I64_MAX), g.i64(3), g.i64(1)])
+    rot = g.op("Concat", [g.op("Neg", [hi]), lo], axis=-1)
+    return g.op("Add", [g.op("Mul", [t, cos]), g.op("Mul", [rot, sin])])
+
+
+def _repeat_kv(g: _G, t: str, seq: str) -> str:
+    target = g.op("Concat", [g.i64(1, NKV, NH // NKV), seq, g.i64(HS)], axis=0)
+    e = g.op("Expand", [g.op("Unsqueeze", [t, g.i64(2)]), target])
+    return g.op("Reshape", [e, g.i64(1, NH, -1, HS)], allowzero=1)
+
+
+def llama_model(layers: int = 2) -> onnx.ModelProto:
+    g = _G(3)
+    x = "x"
+    # the sequence length is dynamic, as in the export: positions, cos/sin and the K/V repeat
+    # target are computed from it
+    seq = g.op("Shape", ["x"], start=1, end=2)
+    pos = g.op("Cast", [g.op("Range", [g.const(np.int64(0)), g.op("Squeeze", [seq]), g.const(np.int64(1))])],
+               to=onnx.TensorProto.FLOAT)
+    inv = g.const((1.0 / 10000 ** (np.arange(0, HS, 2) / HS)).astype(np.float32), "inv_freq")
+    freqs = g.op("Mul", [g.op("Unsqueeze", [pos, g.i64(1)]), inv])
+    angles = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], axis=-1), g.i64(0, 1)])
+    cos, sin = g.op("Cos", [angles]), g.op("Sin", [angles])
+    mask = _keep_mask(g, "keep")
+    for _ in range(layers):
+        h = _rms(g, x)
+        q = _rotary(g, _heads(g, _linear(g, h, HID, HID, bias=False), g.i64(1, -1, NH, HS)), cos, sin)
+        k = _rotary(g, _heads(g, _linear(g, h, HID, NKV * HS, bias=False), g.i64(1, -1, NKV, HS)), cos, sin)
+        v = _heads(g, _linear(g, h, HID, NKV * HS, bias=False), g.i64(1, -1, NKV, HS))
+        ctx = _sdpa(g, q, _repeat_kv(g, k, seq), _repeat_kv(g, v, seq), mask)
+        ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), g.i64(1, -1, HID)], allowzero=1)
+        x = g.op("Add", [x, _linear(g, ctx, HID, HID, bias=False)])
+    y = _rms(g, x)
+    return g.model([oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, "seq", HID]),
+                    oh.make_tensor_value_info("keep", onnx.TensorProto.BOOL, [1, 1, "seq", "seq"])],
+                   [oh.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [1, "seq", HID])])
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    feeds = {"x": rng.standard_normal((1, S, HID)).astype(np.float32)}
+    names = {i.name for i in model.graph.input}
+    if "keep" in names:  # causal, with one row masked out entirely: the guard's case
+        keep = np.tril(np.ones((S, S), bool))
+        keep[2] = False
+        feeds["keep"] = keep[None, None]
+    if "attention_mask" in names:
+        m = np.ones((1, S), np.int64)
+        m[0, -3:] = 0
+        feeds["attention_mask"] = m
+    return feeds
+
+
+def _optimize(model: onnx.ModelProto, passes=None):
+    result = run_pipeline(model, passes or default_passes())
+    for r in result.reports:
+        assert r.error is None, (r.name, r.error)
+    onnx.checker.check_model(result.final)
+    v = verify(result.original, result.final, feeds=_feeds(model), rtol=1e-3)
+    assert v.ok, v.summary()
+    return result, [n.op_type for n in result.final.graph.node]
+
+
+def test_gpt2_packed_attention_fuses():
+    result, ops = _optimize(gpt2_model())
+    assert ops.count("Attention") == 2
+    assert not {"Softmax", "IsNaN", "Split"} & set(ops)
+    attn = [n for n in result.final.graph.node if n.op_type == "Attention"]
+    assert all(len(n.input) == 6 and n.input[5] for n in attn)  # the causal mask as attention_bias
+
+
+def test_gpt2_attention_keeps_guard_when_mask_may_be_minus_inf():
+    model = gpt2_model(1, low=float("-inf"))
+    result, ops = _optimize(model, ["attention_fusion"])
+    assert "Attention" not in ops and "MultiHeadAttention" not in ops
+    (rep,) = result.reports
+    assert any("-inf" in nm.reason for nm in rep.near_misses)
+
+
+def test_vit_attention_fuses_with_constant_key_targets():
+    result, ops = _optimize(vit_model())
+    assert ops.count("Attention") == 2
+    assert "Softmax" not in ops and "Where" not in ops  # the all-keep constant mask is gone
+    attn = [n for n in result.final.graph.node if n.op_type == "Attention"]
+    assert all(len(n.input) == 3 for n in attn)
+    assert {a.i for n in attn for a in n.attribute if a.name == "num_heads"} == {NH}
+
+
+def test_vit_attention_refuses_key_targets_that_regroup_rows():
+    model = vit_model(1)
+    # (B·N, S, H) -> (B·N·2, S/2, H) and back to (B, N, H, S/2·...): same sizes, other rows
+    for init in model.graph.initializer:
+        arr = onh.to_array(init)
+        if arr.dtype == np.int64 and arr.tolist() == [-1, S, HS]:
+            init.CopyFrom(onh.from_array(np.array([-1, S // 2, HS], np.int64), init.name))
+        elif arr.dtype == np.int64 and arr.tolist() == [1, NH, HS, S]:
+            init.CopyFrom(onh.from_array(np.array([2, NH, HS, S // 2], np.int64), init.name))
+    result = run_pipeline(model, ["attention_fusion"])
+    assert "Attention" not in [n.op_type for n in result.final.graph.node]
+    assert any("3-D transpose targets" in nm.reason for nm in result.reports[0].near_misses)
+
+
+def test_bert_attention_fuses_with_padding_mask():
+    result, ops = _optimize(bert_model())
+    assert ops.count("Attention") == 2
+    assert "Softmax" not in ops
+
+
+def test_llama_attention_and_rmsnorm_fuse():
+    result, ops = _optimize(llama_model())
+    assert ops.count("MultiHeadAttention") == 2
+    assert "Softmax" not in ops and "IsNaN" not in ops
+    # the residual Add + RMSNorm before the second layer and the final norm; the first
+    # layer's input norm has no Add before it and stays (opset 20 has no RMSNormalization)
+    assert ops.count("SkipSimplifiedLayerNormalization") == 2
+    assert ops.count("ReduceMean") == 1
+    mha = [n for n in result.final.graph.node if n.op_type == "MultiHeadAttention"]
+    assert all(n.domain == "com.microsoft" and n.input[5] for n in mha)
+
+
+def test_rmsnorm_fuses_into_rmsnormalization_at_opset_23():
+    g = _G(4)
+    y = _rms(g, "x")
+    model = g.model([oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, S, HID])],
+                    [oh.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [1, S, HID])], opset=23)
+    result, ops = _optimize(model, ["fuse_rmsnorm"])
+    assert ops == ["RMSNormalization"]
+
+
+@pytest.mark.parametrize("opset", [20, 22])
+def test_rmsnorm_pass_skips_below_opset_23(opset):
+    g = _G(5)
+    y = _rms(g, "x")
+    model = g.model([oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, S, HID])],
+                    [oh.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [1, S, HID])], opset=opset)
+    result = run_pipeline(model, ["fuse_rmsnorm"])
+    assert "RMSNormalization" not in [n.op_type for n in result.final.graph.node]
+    assert result.reports[0].status == "skipped" and "opset" in result.reports[0].note
