@@ -68,8 +68,7 @@ def one_model(name: str, path: str, hints: dict | None, args) -> dict:
     """Tune and the final interleaved run for one model (in a child process)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from fusionviz import model_io
-    from fusionviz.bench import run_benchmark
-    from fusionviz.bench.runner import Variant
+    from fusionviz.bench import Variant, run_benchmark
     from fusionviz.inputs import InputSpec, plan_inputs
     from fusionviz.tune import TuneConfig, tune, tuned_model
     from fusionviz.verify import probe

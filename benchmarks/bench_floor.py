@@ -52,8 +52,7 @@ def floor_model(proto):
 
 def one(name: str, path: str, min_time: float) -> dict:
     from fusionviz import model_io
-    from fusionviz.bench import run_benchmark
-    from fusionviz.bench.runner import Variant
+    from fusionviz.bench import Variant, run_benchmark
     from fusionviz.inputs import InputSpec, plan_inputs
     from fusionviz.tune import TuneConfig
     from fusionviz.verify import probe

@@ -19,13 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fusionviz import samples  # noqa: E402
 from fusionviz.bench import Settings, run_benchmark  # noqa: E402
-from fusionviz.bench.whatif import (  # noqa: E402
-    cumulative,
-    cumulative_steps,
-    leave_one_out,
-    leave_one_out_table,
-    level_variants,
-)
+from fusionviz.bench.whatif import cumulative_steps, leave_one_out_table  # noqa: E402
+from fusionviz.experiment.build import Builder  # noqa: E402
+from fusionviz.ortlevels import LEVELS  # noqa: E402
 from fusionviz.passes import registry  # noqa: E402
 
 
@@ -37,8 +33,9 @@ def whatif(name: str, level: str, min_time: float) -> None:
     m = samples.load_sample(name).proto
     passes = registry.default_passes()
     s = Settings(level=level)
-    cum = cumulative(m, passes, s)
-    loo = leave_one_out(m, passes, s)
+    b = Builder(m, s)
+    cum = b.cumulative(passes)
+    loo = b.leave_one_out(passes)
     variants = list(cum.variants) + list(loo.variants)
     res = run_benchmark(variants, min_time_s=min_time, verify_against=m, verify_rtol=1e-3)
     by = {r.label: r for r in res}
@@ -68,7 +65,10 @@ def whatif(name: str, level: str, min_time: float) -> None:
 
 def levels(name: str, min_time: float) -> None:
     m = samples.load_sample(name).proto
-    res = run_benchmark(level_variants(m), min_time_s=min_time)
+    b = Builder(m, None)
+    for lv in LEVELS:
+        b.level(lv)
+    res = run_benchmark(b.variants(), min_time_s=min_time)
     off = res[0].stats.median_ms
     print(f"\n== {name}: original under each ORT level (one interleaved run)")
     print(f"   {'level':<10} {'median ms':>10} {'vs off':>8} {'CI±%':>6}")

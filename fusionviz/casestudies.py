@@ -39,7 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SAVED = ROOT / "artifacts" / "case_studies" / "case_studies.json"
 #: ... and the copy committed with the code (``--keep`` of the script), shown when there is none.
 COMMITTED = ROOT / "sample_models" / "case_studies.json"
+#: The variants' display labels (:mod:`fusionviz.experiment.labels`, no run settings).
+OURS = "our passes"
 BASELINE = "original @ORT off"
+ORT_ALL = "original @ORT all"
+OURS_OFF = f"{OURS} @ORT off"
+OURS_ALL = f"{OURS} @ORT all"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,19 +84,19 @@ def case(key: str) -> Case:
 
 def _variants(model, shapes, *, tvm: bool) -> tuple[list, dict[str, str]]:
     from fusionviz.backends.registry import TITLES, get_backend
-    from fusionviz.bench import Settings, Variant
-    from fusionviz.passes import registry, run_pipeline
+    from fusionviz.experiment.build import Builder
+    from fusionviz.experiment.variant import Settings
+    from fusionviz.passes import registry
 
     names = registry.default_passes()
-    ours = run_pipeline(model, names, shapes=shapes or None, keep_snapshots=False).final
-    out = [Variant(BASELINE, model, Settings("off")),
-           Variant("original @ORT basic", model, Settings("basic")),
-           Variant("original @ORT all", model, Settings("all")),
-           Variant("our passes @ORT off", ours, Settings("off"), tuple(names)),
-           Variant("our passes @ORT all", ours, Settings("all"), tuple(names))]
+    b = Builder(model, None, shapes=shapes or None)  # no run settings: every label says its own
+    b.original(Settings("off"))
+    b.level("basic")
+    b.level("all")
+    b.selection(OURS, names, Settings("off"))
+    b.selection(OURS, names, Settings("all"))
     notes: dict[str, str] = {}
-    for backend, label, wanted in (("openvino", "original on OpenVINO", True), ("tvm", "original on TVM", tvm),
-                                   ("trt", "original on TensorRT", True)):
+    for backend, wanted in (("openvino", True), ("tvm", tvm), ("trt", True)):
         why = get_backend(backend).quick_check()
         if why is not None:
             notes[backend] = f"{TITLES[backend]} is not available here: {why}"
@@ -99,8 +104,8 @@ def _variants(model, shapes, *, tvm: bool) -> tuple[list, dict[str, str]]:
             notes[backend] = (f"{TITLES[backend]} not timed (untuned it is tens of times slower than "
                               "onnxruntime on a CPU; ask with --tvm)")
         else:
-            out.append(Variant(label, model, Settings("all", backend=backend)))
-    return out, notes
+            b.backend(backend, Settings("all"))
+    return b.variants(), notes
 
 
 def _row(r, base) -> dict:
@@ -116,7 +121,7 @@ def _row(r, base) -> dict:
             return None
         return v / mb
 
-    return {"label": r.label, "backend": r.backend, "passes": len(r.passes), "error": r.error,
+    return {"label": r.label, "role": r.role.as_dict(), "backend": r.backend, "passes": len(r.passes), "error": r.error,
             "median_ms": r.stats.median_ms if r.stats else None,
             "ratio": got[0] if got else None, "ci": [got[1], got[2]] if got else None,
             "verified": bool(r.verify and r.verify.get("ok")),
@@ -159,6 +164,7 @@ def fastest_sentence(rows: Sequence[dict]) -> str:
 def explain(c: Case, rows: Sequence[dict], notes: dict[str, str]) -> str:
     """One or two sentences on why this machine's figures differ from the article's, from ``rows``."""
     by = {r["label"]: r for r in rows}
+    openvino = next((r for r in rows if r.get("backend") == "openvino" and not r.get("passes")), None)
 
     def pct(label: str) -> str:
         return row_claim(by.get(label))
@@ -167,21 +173,21 @@ def explain(c: Case, rows: Sequence[dict], notes: dict[str, str]) -> str:
     gpu = " (not available here: see the TensorRT line)" if c.claim_backend.startswith("TensorRT") and "trt" in notes else ""
     where = f"The article's figure comes from {c.claim_backend}{gpu}; on one CPU thread {best_txt}."
     if c.key == "resnet":
-        why = (f" Against ORT off, onnxruntime's own optimizer: {pct('original @ORT all')}; our passes alone: "
-               f"{pct('our passes @ORT off')}. On a CPU most of the gain is the blocked (NCHWc) layout and "
+        why = (f" Against ORT off, onnxruntime's own optimizer: {pct(ORT_ALL)}; our passes alone: "
+               f"{pct(OURS_OFF)}. On a CPU most of the gain is the blocked (NCHWc) layout and "
                "fewer passes over activations, while on a GPU every unfused op is also a kernel launch and a "
                "round trip through device memory, which is where fusion pays most.")
     elif c.key == "bert":
         base = by.get(BASELINE, {})
-        ours = by.get("our passes @ORT all", {})
+        ours = by.get(OURS_ALL, {})
         mem = ""
         if base.get("static_peak_mb") and ours.get("static_peak_mb"):
             mem = (f" Activation peak (static plan) {base['static_peak_mb']:.2f} → {ours['static_peak_mb']:.2f} MB; "
                    f"peak RSS while running {base.get('rss_run_mb') or 0:.1f} → {ours.get('rss_run_mb') or 0:.1f} MB: "
                    "at hidden 128 and sequence 128 the activations are small next to the weights and the "
                    "runtime itself, so removing intermediates saves little of the total.")
-        why = (f" Against ORT off, ORT all: {pct('original @ORT all')}; our passes with ORT all: "
-               f"{pct('our passes @ORT all')}; OpenVINO: {pct('original on OpenVINO')}. The article's TVM "
+        why = (f" Against ORT off, ORT all: {pct(ORT_ALL)}; our passes with ORT all: "
+               f"{pct(OURS_ALL)}; OpenVINO: {row_claim(openvino)}. The article's TVM "
                "number needs tuned kernels; untuned TVM here is tens of times slower." + mem)
     else:
         base = by.get(BASELINE, {})
@@ -189,8 +195,8 @@ def explain(c: Case, rows: Sequence[dict], notes: dict[str, str]) -> str:
         if base.get("static_peak_no_reuse_mb") and base.get("static_peak_mb"):
             mem = (f" In-place reuse alone takes the activation peak from {base['static_peak_no_reuse_mb']:.1f} MB "
                    f"(every tensor its own buffer) to {base['static_peak_mb']:.1f} MB.")
-        why = (f" Against ORT off, our passes alone: {pct('our passes @ORT off')}; with ORT all: "
-               f"{pct('our passes @ORT all')}. Depthwise convolutions and SiLU are memory-bound, so folding BN and fusing the activation "
+        why = (f" Against ORT off, our passes alone: {pct(OURS_OFF)}; with ORT all: "
+               f"{pct(OURS_ALL)}. Depthwise convolutions and SiLU are memory-bound, so folding BN and fusing the activation "
                "saves whole passes over the tensors." + mem)
     return where + why
 
@@ -199,7 +205,7 @@ def run_case(c: Case, *, min_time_s: float = 1.0, tvm: bool = False,
              progress: Callable[[str], None] | None = None) -> dict:
     """Measure one case study (module docstring); returns a JSON-ready record."""
     from fusionviz import samples
-    from fusionviz.bench import run_benchmark
+    from fusionviz.experiment.run import measure
     from fusionviz.inputs import make_inputs
 
     say = progress or (lambda m: None)
@@ -211,9 +217,9 @@ def run_case(c: Case, *, min_time_s: float = 1.0, tvm: bool = False,
     say(f"{c.key}: measuring {len(variants)} variants of {c.sample}, interleaved, 1 thread")
     t0 = time.perf_counter()
     load = os.getloadavg()
-    results = run_benchmark(variants, shapes=shapes or None, feeds=make_inputs(model, shapes or None),
-                            min_time_s=min_time_s, verify_against=model, max_rounds=300,
-                            timeout_s=900 if tvm else 120)
+    results, _ = measure(variants, shapes=shapes or None, feeds=make_inputs(model, shapes or None),
+                         min_time_s=min_time_s, verify_against=model, max_rounds=300,
+                         timeout_s=900 if tvm else 120)
     rows = [_row(r, results[0]) for r in results]
     return {"key": c.key, "title": c.title, "sample": c.sample, "technique": c.technique, "claim": c.claim,
             "claim_speedup": c.claim_speedup, "claim_memory": c.claim_memory, "claim_backend": c.claim_backend,

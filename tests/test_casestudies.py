@@ -19,7 +19,7 @@ def _fake(variants, **kw):
         out.append(BenchResult(v.label, v.passes, v.settings, compute_stats([ms] * 5),
                                {"rss_run_mb": 12.0, "static_peak_reuse_bytes": 2 * 1024 * 1024,
                                 "static_peak_no_reuse_bytes": 8 * 1024 * 1024, "static_unknown_tensors": 0},
-                               verify={"ok": True}, round_medians_ms=(ms,) * 5))
+                               verify={"ok": True}, round_medians_ms=(ms,) * 5, role=v.role))
     return out
 
 
@@ -33,8 +33,12 @@ def test_each_case_measures_ort_levels_passes_and_backends_with_memory(monkeypat
     assert rec["rows"][0]["ratio"] == pytest.approx(1.0)
     assert rec["rows"][2]["ratio"] == pytest.approx(0.7)
     assert all(r["rss_run_mb"] == 12.0 and r["static_peak_no_reuse_mb"] == pytest.approx(8.0) for r in rec["rows"])
+    assert labels[:5] == [casestudies.BASELINE, "original @ORT basic", casestudies.ORT_ALL,
+                          casestudies.OURS_OFF, casestudies.OURS_ALL]  # the names explain() looks up
+    assert [r.get("role") for r in rec["rows"][:2]] == [{"kind": "original", "name": ""},
+                                                        {"kind": "level", "name": "basic"}]
     assert "tvm" in rec["notes"]  # TVM is timed only when asked
-    assert "not available here" in rec["notes"].get("trt", "not available here") or "original on TensorRT" in labels
+    assert "not available here" in rec["notes"].get("trt", "not available here") or "original @TensorRT" in labels
     assert rec["claim"] and rec["why"].startswith("The article's figure comes from")
     if key == "efficientnet":
         assert "8.0 MB" in rec["why"] and "2.0 MB" in rec["why"]  # the in-place figure
@@ -55,7 +59,7 @@ def _row(label, ratio, lo, hi, verified=True):
 
 def test_fastest_names_the_tied_set_when_intervals_overlap():
     rows = [_row(casestudies.BASELINE, 1.0, 1.0, 1.0), _row("original @ORT all", 0.385, 0.37, 0.40),
-            _row("our passes @ORT all", 0.39, 0.38, 0.41), _row("original on OpenVINO", 0.6, 0.55, 0.65)]
+            _row("our passes @ORT all", 0.39, 0.38, 0.41), _row("original @OpenVINO", 0.6, 0.55, 0.65)]
     text = casestudies.fastest_sentence(rows)
     assert text.startswith("original @ORT all and our passes @ORT all are tied for fastest here")
     assert "the fastest here is" not in text and "62% less time" in text

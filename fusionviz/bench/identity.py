@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import onnx
 
 from fusionviz import errors
-from fusionviz.bench.runner import BenchResult, Settings, Variant
+from fusionviz.bench.records import BenchResult, Settings, Variant
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class Measured:
         out = []
         for v in self.requested:
             r = by[self.same_as.get(v.label, v.label)]
-            out.append(r if r.label == v.label else dataclasses.replace(r, label=v.label, passes=v.passes))
+            out.append(r if r.label == v.label else dataclasses.replace(r, label=v.label, passes=v.passes, role=v.role))
         return out
 
     def notes(self) -> list[str]:

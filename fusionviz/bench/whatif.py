@@ -1,20 +1,18 @@
-"""Per-pass what-if: build variants that isolate each pass, and read their effects back.
+"""Per-pass what-if, read back from results: each pass's effect as a paired ratio with its interval.
 
-1. **Cumulative**: ``original``, ``+p1``, ``+p1+p2``, ... — one pipeline run, its snapshots are
-   the variants. The difference between neighbours is what each pass adds *given the ones before
-   it* (canonical order).
-2. **Leave-one-out**: ``all passes`` and ``all but p`` for each p — the difference is what the
-   result loses without p *given all the others* (a pass whose work another pass would also do
-   shows ~0 here even when it matters cumulatively).
-3. A pass that changed nothing produces a model identical to its predecessor, so it is skipped
-   (``skip_unchanged``): its delta is exactly zero by construction and measuring it only adds noise
-   and time. Skipped pass names are in :attr:`WhatIf.skipped`.
-4. **Isolation**: every variant of one what-if shares the run's :class:`Settings` (the
-   onnxruntime level included), so a step differs from its neighbour only by passes. The level
-   is one fixed setting of the run (:meth:`WhatIf.title` names it); the onnxruntime levels are a
-   separate comparison (:func:`level_variants`, :func:`level_effects`). Reading results back
-   (:func:`cumulative_effects`, :func:`leave_one_out_effects`) refuses steps whose settings
-   differ.
+The variants are built by :class:`fusionviz.experiment.build.Builder` (``cumulative``,
+``leave_one_out``, ``levels``); this module reads their results back by **role**, never by label:
+
+1. **Cumulative**: the ``original`` then the ``step`` results: the difference between neighbours
+   is what each pass adds *given the ones before it* (canonical order).
+2. **Leave-one-out**: ``all`` and the ``drop`` results: the difference is what the result loses
+   without p *given all the others* (a pass whose work another pass would also do shows ~0 here
+   even when it matters cumulatively).
+3. A pass that changed nothing was not measured (its delta is zero by construction).
+4. **Isolation**: every step of one what-if shares the run's settings (the onnxruntime level
+   included), so a step differs from its neighbour only by passes; :func:`cumulative_effects`
+   and :func:`leave_one_out_effects` refuse steps whose settings differ. The onnxruntime levels
+   are a separate comparison (:func:`level_effects`: the ``level`` results against the original).
 5. **Intervals**: an effect is the *paired ratio* of two variants: the median over interleaved
    rounds of (round median of one / round median of the other), so a load change on the
    machine hits both sides of each ratio. Its 95% interval is the distribution-free interval of
@@ -26,42 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-import onnx
-
-from fusionviz.bench.runner import BenchResult, Settings, Variant
-from fusionviz.ortlevels import LEVELS
+from fusionviz.bench.records import BenchResult, Settings
+from fusionviz.experiment.labels import runtime
+from fusionviz.experiment.variant import ALL, DROP, LEVEL, ORIGINAL, STEP
 
 logger = logging.getLogger(__name__)
-
-ORIGINAL = "original"
-ALL = "all passes"
-DEFAULT_SETTINGS = Settings()
-
-
-@dataclasses.dataclass(frozen=True)
-class WhatIf:
-    """Variants plus the passes that were left out because they changed nothing.
-
-    Attributes:
-        variants: the variants to measure; all share ``settings`` (rule 4).
-        skipped: passes that changed nothing (rule 3).
-        settings: the one onnxruntime setting of the run.
-        kind: ``"cumulative"`` or ``"leave-one-out"``.
-    """
-
-    variants: tuple[Variant, ...]
-    skipped: tuple[str, ...]
-    settings: Settings = DEFAULT_SETTINGS
-    kind: str = "cumulative"
-
-    def __post_init__(self) -> None:
-        check_isolated(self.variants, self.settings)
-
-    def title(self) -> str:
-        """Chart title naming the fixed onnxruntime level (rule 4)."""
-        return run_title(self.kind, self.settings)
 
 
 def run_title(kind: str, settings: Settings) -> str:
@@ -75,132 +44,8 @@ def run_title(kind: str, settings: Settings) -> str:
         e.g. ``What each pass adds (every step at onnxruntime level 'off', 1 thread)``.
     """
     what = "What each pass adds" if kind == "cumulative" else "What the result loses without each pass"
-    return f"{what} (every step at onnxruntime level '{settings.level}', {_threads(settings)})"
-
-
-def _threads(settings: Settings) -> str:
-    return f"{settings.threads} thread{'s' if settings.threads != 1 else ''}"
-
-
-def check_isolated(variants: Sequence[Variant], settings: Settings | None = None) -> None:
-    """Rule 4: every variant has the same settings (``settings`` when given).
-
-    Raises:
-        ValueError: a variant's settings differ; the message names it.
-    """
-    want = settings if settings is not None else (variants[0].settings if variants else None)
-    for v in variants:
-        if v.settings != want:
-            raise ValueError(f"what-if variant '{v.label}' runs under {v.settings.describe()}, "
-                             f"not the run's {want.describe() if want else '-'}: steps may differ only by passes")
-
-
-def _suffix(settings: Settings, tag: bool) -> str:
-    return f" @{settings.level}" if tag else ""
-
-
-def cumulative(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = DEFAULT_SETTINGS, *,
-               shapes: Mapping[str, Sequence[int]] | None = None, skip_unchanged: bool = True,
-               tag_level: bool = False) -> WhatIf:
-    """Cumulative variants (rule 1); see :func:`cumulative_variants`."""
-    from fusionviz.passes import run_pipeline
-
-    result = run_pipeline(model, list(passes), shapes=shapes)
-    sfx = _suffix(settings, tag_level)
-    variants = [Variant(ORIGINAL + sfx, result.original, settings, ())]
-    done: list[str] = []
-    skipped: list[str] = []
-    for snap, rep in zip(result.snapshots[1:], result.reports, strict=False):
-        if skip_unchanged and (not rep.changes or rep.error):
-            skipped.append(rep.name)
-            continue
-        done.append(rep.name)
-        variants.append(Variant(f"+{rep.name}{sfx}", snap.model, settings, tuple(done)))
-    return WhatIf(tuple(variants), tuple(skipped), settings, "cumulative")
-
-
-def cumulative_variants(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = DEFAULT_SETTINGS,
-                        *, shapes: Mapping[str, Sequence[int]] | None = None,
-                        skip_unchanged: bool = True) -> list[Variant]:
-    """``original``, then one variant per pass with it and every earlier pass applied.
-
-    Args:
-        model: the original model.
-        passes: pass names (run in canonical order).
-        settings: onnxruntime settings for every variant.
-        shapes: input shape overrides for the pipeline.
-        skip_unchanged: leave out passes that changed nothing (rule 3).
-
-    Returns:
-        Variants labelled ``original``, ``+<pass>``, ...; ``passes`` holds the applied passes.
-    """
-    return list(cumulative(model, passes, settings, shapes=shapes, skip_unchanged=skip_unchanged).variants)
-
-
-def leave_one_out(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = DEFAULT_SETTINGS, *,
-                  shapes: Mapping[str, Sequence[int]] | None = None, skip_unchanged: bool = True,
-                  tag_level: bool = False) -> WhatIf:
-    """Leave-one-out variants (rule 2); see :func:`leave_one_out_variants`."""
-    from fusionviz.passes import registry, run_pipeline
-
-    names = [p.name for p in registry.resolve(passes)]
-    sfx = _suffix(settings, tag_level)
-    full = run_pipeline(model, names, shapes=shapes, keep_snapshots=False)
-    active = [r.name for r in full.reports if r.changes and not r.error]
-    skipped = [n for n in names if n not in active] if skip_unchanged else []
-    variants = [Variant(ALL + sfx, full.final, settings, tuple(active if skip_unchanged else names))]
-    for p in names:
-        if p in skipped:
-            continue
-        rest = [n for n in (active if skip_unchanged else names) if n != p]
-        res = run_pipeline(model, rest, shapes=shapes, keep_snapshots=False)
-        variants.append(Variant(f"-{p}{sfx}", res.final, settings, tuple(rest)))
-    return WhatIf(tuple(variants), tuple(skipped), settings, "leave-one-out")
-
-
-def leave_one_out_variants(model: onnx.ModelProto, passes: Sequence[str], settings: Settings = DEFAULT_SETTINGS,
-                           *, shapes: Mapping[str, Sequence[int]] | None = None,
-                           skip_unchanged: bool = True) -> list[Variant]:
-    """``all passes``, then ``-<pass>`` (every pass but that one) for each pass.
-
-    Args:
-        model: the original model.
-        passes: pass names.
-        settings: onnxruntime settings for every variant.
-        shapes: input shape overrides for the pipeline.
-        skip_unchanged: leave out passes that changed nothing in the full run (rule 3).
-
-    Returns:
-        Variants labelled ``all passes``, ``-<pass>``, ...
-    """
-    return list(leave_one_out(model, passes, settings, shapes=shapes, skip_unchanged=skip_unchanged).variants)
-
-
-def level_variants(model: onnx.ModelProto, levels: Sequence[str] = LEVELS,
-                   settings: Settings = DEFAULT_SETTINGS, label: str = ORIGINAL) -> list[Variant]:
-    """The same model under several onnxruntime levels (labels ``<label> @<level>``)."""
-    return [Variant(f"{label} @{lv}", model, dataclasses.replace(settings, level=lv), ()) for lv in levels]
-
-
-def reference_variants(model: onnx.ModelProto, settings: Settings = DEFAULT_SETTINGS, *,
-                       shapes: Mapping[str, Sequence[int]] | None = None,
-                       tools: Sequence[str] | None = None) -> tuple[list[Variant], dict[str, str]]:
-    """Other optimizers' whole-pipeline results as variants (measured under ``settings``).
-
-    Returns:
-        (variants, failures): a tool that failed is left out and its one-sentence error is in
-        ``failures``.
-    """
-    from fusionviz.passes.reference import reference_models
-
-    refs = reference_models(model, shapes=shapes, tools=tools)
-    variants, failures = [], {}
-    for label, m in refs.items():
-        if isinstance(m, onnx.ModelProto):
-            variants.append(Variant(label, m, settings, ()))
-        else:
-            failures[label] = str(m)
-    return variants, failures
+    threads = f"{settings.threads} thread{'s' if settings.threads != 1 else ''}"
+    return f"{what} (every step at onnxruntime level '{settings.level}', {threads})"
 
 
 # --------------------------------------------------------------------------- reading results back
@@ -219,7 +64,7 @@ def cumulative_steps(results: Sequence[BenchResult]) -> list[dict]:
     """Incremental effect of each step of a cumulative run (input of :func:`fusionviz.charts.waterfall`).
 
     Args:
-        results: results of :func:`cumulative_variants` in order (the first is the baseline).
+        results: the results of a cumulative what-if in order (the first is the baseline).
 
     Returns:
         One dict per result: ``label``, ``median_ms``, ``delta_ms``, ``delta_pct`` (vs the step
@@ -262,7 +107,7 @@ def leave_one_out_table(results: Sequence[BenchResult]) -> list[dict]:
     """What each pass contributes given all others: ``(all but p) - (all)``.
 
     Args:
-        results: results of :func:`leave_one_out_variants` (the first is ``all passes``).
+        results: the results of a leave-one-out what-if (the first is ``all passes``).
 
     Returns:
         One dict per left-out pass: ``pass``, ``median_ms``, ``contribution_ms`` (positive: the
@@ -275,7 +120,7 @@ def leave_one_out_table(results: Sequence[BenchResult]) -> list[dict]:
     rows = []
     for r in results[1:]:
         med = _median(r)
-        row = {"pass": r.label.split(" @")[0].lstrip("-"), "label": r.label, "median_ms": med,
+        row = {"pass": r.role.pass_name, "label": r.label, "median_ms": med,
                "contribution_ms": None, "contribution_pct": None, "static_sum_bytes_saved": None,
                "error": r.error}
         if med is not None and bm is not None:
@@ -296,7 +141,7 @@ class Effect:
     """One bar of a what-if chart: a variant against its baseline as a paired ratio (rule 5).
 
     Attributes:
-        label: the variant's label (``+fold_batchnorm``, ``-fuse_gelu``, ``original @ORT all``).
+        label: the variant's display label (``+fold_batchnorm``, ``-fuse_gelu``, ``original @ORT all``).
         name: what the bar is about (the pass name, or the label for other comparisons).
         baseline: the label of the variant it is compared with.
         ratio: median over rounds of variant / baseline (below 1: faster); None when either
@@ -397,10 +242,6 @@ def effect(result: BenchResult, baseline: BenchResult, name: str | None = None) 
                   _median(baseline), result.settings.level, error)
 
 
-def _pass_of(label: str) -> str:
-    return label.split(" @")[0].lstrip("+-")
-
-
 def _same_run_settings(results: Sequence[BenchResult]) -> Settings:
     """Rule 4 on results: the one Settings they share (ValueError naming the odd one)."""
     want = results[0].settings
@@ -412,13 +253,13 @@ def _same_run_settings(results: Sequence[BenchResult]) -> Settings:
 
 
 def cumulative_results(results: Sequence[BenchResult]) -> list[BenchResult]:
-    """The results of one cumulative what-if among others: ``original`` then the ``+pass`` steps.
+    """The results of one cumulative what-if among others: ``original`` then the ``step`` results.
 
     Other variants measured in the same run (references, onnxruntime levels, leave-one-out)
     are left out, so a chart of the steps shows passes only.
     """
-    base = [r for r in results if r.label.split(" @")[0] == ORIGINAL and not r.passes]
-    steps = [r for r in results if r.label.startswith("+")]
+    base = [r for r in results if r.role.kind == ORIGINAL]
+    steps = [r for r in results if r.role.kind == STEP]
     if not steps:
         return []
     level = steps[0].settings
@@ -428,14 +269,14 @@ def cumulative_results(results: Sequence[BenchResult]) -> list[BenchResult]:
 
 
 def leave_one_out_results(results: Sequence[BenchResult]) -> list[BenchResult]:
-    """The results of one leave-one-out what-if among others: ``all passes`` then ``-pass``."""
-    full = [r for r in results if r.label.split(" @")[0] == ALL]
-    rest = [r for r in results if r.label.startswith("-")]
+    """The results of one leave-one-out what-if among others: ``all`` then the ``drop`` results."""
+    full = [r for r in results if r.role.kind == ALL]
+    rest = [r for r in results if r.role.kind == DROP]
     return (full[:1] + rest) if full and rest else []
 
 
 def cumulative_effects(results: Sequence[BenchResult]) -> tuple[list[Effect], Settings | None]:
-    """Each ``+pass`` step against the step before it (rules 4 and 5).
+    """Each ``step`` against the step before it (rules 4 and 5).
 
     Args:
         results: benchmark results that hold a cumulative what-if (others are ignored).
@@ -454,14 +295,14 @@ def cumulative_effects(results: Sequence[BenchResult]) -> tuple[list[Effect], Se
     out = []
     prev = chosen[0]
     for r in chosen[1:]:
-        out.append(effect(r, prev, _pass_of(r.label)))
+        out.append(effect(r, prev, r.role.pass_name))
         if r.stats is not None:
             prev = r
     return out, settings
 
 
 def leave_one_out_effects(results: Sequence[BenchResult]) -> tuple[list[Effect], Settings | None]:
-    """Each ``-pass`` variant against ``all passes`` (ratio above 1: the result is slower
+    """Each ``drop`` variant against ``all`` (ratio above 1: the result is slower
     without the pass, i.e. the pass helps).
 
     Raises:
@@ -472,21 +313,27 @@ def leave_one_out_effects(results: Sequence[BenchResult]) -> tuple[list[Effect],
         return [], None
     settings = _same_run_settings(chosen)
     base = chosen[0]
-    return [effect(r, base, _pass_of(r.label)) for r in chosen[1:]], settings
+    return [effect(r, base, r.role.pass_name) for r in chosen[1:]], settings
 
 
-def level_effects(results: Sequence[BenchResult], baseline_label: str = ORIGINAL) -> list[Effect]:
-    """The onnxruntime levels as their own comparison: every ``<baseline_label> @...`` variant
-    (same model, another level) against ``baseline_label``.
+def level_effects(results: Sequence[BenchResult]) -> list[Effect]:
+    """The onnxruntime levels as their own comparison: every ``level`` result (the original under
+    another level) against the ``original`` result at the run's settings.
 
     Returns:
-        One effect per level variant (empty when the baseline is missing).
+        One effect per level variant, named ``ORT <level>`` (empty when the original is missing).
     """
-    base = next((r for r in results if r.label == baseline_label), None)
+    base = next((r for r in results if r.role.kind == ORIGINAL), None)
     if base is None:
         return []
-    prefix = baseline_label + " @"
-    return [effect(r, base, r.label[len(prefix):].strip()) for r in results if r.label.startswith(prefix)]
+    return [effect(r, base, runtime(r.settings)) for r in results if r.role.kind == LEVEL]
+
+
+def reference_result(results: Sequence[BenchResult], level: str = "all") -> BenchResult | None:
+    """The original measured on onnxruntime under ``level`` (the Benchmark page's reference:
+    what onnxruntime alone gives), whether it is the run's original or a ``level`` variant."""
+    return next((r for r in results if r.role.kind in (ORIGINAL, LEVEL) and r.settings.backend == "ort"
+                 and r.settings.level == level and r.stats is not None), None)
 
 
 def effects_table(effects: Sequence[Effect], results: Sequence[BenchResult] = ()) -> list[dict]:

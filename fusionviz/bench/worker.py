@@ -1,6 +1,6 @@
 """Benchmark worker: one process per variant, driven over a pipe (``python -m fusionviz.bench.worker``).
 
-The parent (:mod:`fusionviz.bench.runner`) starts this module in a fresh process with a memory
+The parent (:mod:`fusionviz.bench.manager`) starts this module in a fresh process with a memory
 cap, then sends one JSON command per line on stdin and reads one JSON reply per line. Replies go
 to a private duplicate of the original stdout; fd 1 itself is pointed at stderr, so anything a
 library prints can never corrupt the protocol.

@@ -18,6 +18,7 @@ variant (with its ``backend``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from fusionviz import errors
@@ -76,62 +77,47 @@ def _parse_variant(text: str) -> tuple[str, list[str]]:
 
 
 def build_variants(model, args, settings, shapes, freeze=None) -> list:
-    """Variants for the CLI flags (also used by scripts).
+    """Variants for the CLI flags, made by :class:`fusionviz.experiment.build.Builder`.
 
     The ``--variant`` set (or original and all passes) is repeated for every backend of
     ``args.backend``; what-if and reference variants use ``settings`` (onnxruntime). ``freeze``
     (``--freeze``) makes inputs constants in the variants with passes.
     """
-    import dataclasses
-
     from fusionviz.backends.registry import parse_backends
-    from fusionviz.bench import Variant, whatif
-    from fusionviz.passes import registry, run_pipeline
+    from fusionviz.experiment import labels
+    from fusionviz.experiment.build import Builder, on_backends
+    from fusionviz.passes import registry
 
     backends = parse_backends(getattr(args, "backend", None) or settings.backend)
-
-    def per_backend(label: str, proto, names: tuple[str, ...]) -> list:
-        if len(backends) == 1:
-            return [Variant(label, proto, dataclasses.replace(settings, backend=backends[0]), names)]
-        return [Variant(f"{label} ({b})", proto, dataclasses.replace(settings, backend=b), names)
-                for b in backends]
-
+    run = dataclasses.replace(settings, backend=backends[0])
+    b = Builder(model, run, shapes=shapes, freeze=freeze, say=common.progress)
     specs = [_parse_variant(v) for v in args.variant]
-    variants = []
     if args.whatif:
         passes = specs[-1][1] if specs else registry.default_passes()
-        fn = whatif.cumulative if args.whatif == "cumulative" else whatif.leave_one_out
-        w = fn(model, passes, settings, shapes=shapes)
+        w = (b.cumulative if args.whatif == "cumulative" else b.leave_one_out)(passes, run)
         if w.skipped:
             common.progress(f"what-if: passes that changed nothing (not measured): {', '.join(w.skipped)}")
-        variants.extend(w.variants)
+        variants = b.variants()
     else:
-        if not specs:
-            specs = [("original", []), ("all passes", registry.default_passes())]
-        for label, names in specs:
+        for label, names in specs or [(None, []), (labels.ALL_PASSES, registry.default_passes())]:
+            if label is None:
+                b.original()
+                continue
             if names:
                 common.progress(f"running passes for '{label}': {', '.join(names)}")
-                res = run_pipeline(model, names, shapes=shapes, freeze=freeze, keep_snapshots=False)
-                for r in res.reports:
-                    if r.error:
-                        common.progress(f"  pass {r.name} skipped: {r.error}")
-                variants.extend(per_backend(label, res.final, tuple(names)))
-            else:
-                variants.extend(per_backend(label, model, ()))
+            b.selection(label, names)
+        variants = on_backends(b.variants(), backends, run)
     if args.reference:  # onnxruntime levels and reference optimizers: always on onnxruntime
-        settings = dataclasses.replace(settings, backend="ort")
-        have = {v.label for v in variants}
-        for lv in LEVELS:
-            label = f"original @{lv}"
-            if lv != settings.level and label not in have:
-                variants.append(Variant(label, model, dataclasses.replace(settings, level=lv), ()))
+        ort = dataclasses.replace(settings, backend="ort")
+        refs = Builder(model, run, shapes=shapes, say=common.progress)
+        refs.levels(LEVELS, ort)
         common.progress("running reference optimizers (onnxslim, onnxsim, onnxscript, ORT levels)")
-        refs, failures = whatif.reference_variants(model, settings, shapes=shapes)
-        for label, why in failures.items():
-            common.progress(f"  reference {label} not measured: {why}")
-        variants.extend(refs)
-    labels = [v.label for v in variants]
-    dupes = sorted({x for x in labels if labels.count(x) > 1})
+        for tool, why in refs.references(settings=ort).items():
+            common.progress(f"  reference {tool} not measured: {why}")
+        have = {v.label for v in variants}
+        variants += [v for v in refs.variants() if v.label not in have]
+    labels_ = [v.label for v in variants]
+    dupes = sorted({x for x in labels_ if labels_.count(x) > 1})
     if dupes:
         raise errors.InputSpecError(f"Variant labels must be unique; repeated: {', '.join(dupes)}.")
     return variants
@@ -215,7 +201,8 @@ def _backend_lines(results) -> list[str]:
 
 def run(args) -> int:
     from fusionviz.backends.registry import parse_backends
-    from fusionviz.bench import Settings, identity, run_benchmark
+    from fusionviz.bench import Settings
+    from fusionviz.experiment import run as experiment_run
 
     backends = parse_backends(args.backend)  # unknown names -> InputSpecError before any work
     if args.threads < 1:
@@ -232,7 +219,7 @@ def run(args) -> int:
                                     "or --reference.")
     loaded, plan, shapes, feeds = common.load_with_plan(args)  # the inputs verify uses, checked on the original
     variants = build_variants(loaded.proto, args, settings, shapes, common.freeze_of(args, plan))
-    measured = identity.measure_once(variants)
+    measured = experiment_run.plan(variants)
     for line in measured.notes():
         common.progress(line)
     on = f" on {', '.join(backends)}" if len(backends) > 1 else ""
@@ -246,12 +233,10 @@ def run(args) -> int:
         last[0] = pct
         common.progress(f"[{pct:3d}%] {msg}")
 
-    results = measured.expand(run_benchmark(list(measured.variants), shapes=plan.shapes(), feeds=feeds,
-                                            min_time_s=args.min_time, max_rounds=args.max_rounds,
-                                            timeout_s=args.timeout, mem_limit_mb=args.mem_limit,
-                                            profile=args.profile,
-                                            verify_against=None if args.no_verify else loaded.proto,
-                                            progress=on_progress))
+    results, measured = experiment_run.measure(measured, shapes=plan.shapes(), feeds=feeds, min_time_s=args.min_time,
+                                max_rounds=args.max_rounds, timeout_s=args.timeout, mem_limit_mb=args.mem_limit,
+                                profile=args.profile, verify_against=None if args.no_verify else loaded.proto,
+                                progress=on_progress)
     from fusionviz.passes import run_pipeline
 
     # The original as loaded, and as the pipeline hands it on (what the what-if steps start from).

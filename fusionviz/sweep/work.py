@@ -11,7 +11,7 @@ Rules:
    backend's original is from onnxruntime's); a pass set that is already invalid or an error
    in onnxruntime keeps that verdict.
 3. :func:`time_cell` measures the variant against the original at onnxruntime level ``all``
-   with :func:`fusionviz.bench.runner.run_benchmark` (isolated, interleaved workers). The ratio
+   with :func:`fusionviz.bench.run_benchmark` (isolated, interleaved workers). The ratio
    is variant median / original median, and its interval is conservative: the variant's
    interval bounds over the original's opposite bounds.
 4. Nothing here raises for a bad model or a failing pass: the failure is the row.
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import inspect
 import logging
 import os
 import tempfile
@@ -274,36 +273,17 @@ def _backend_verdict(original, plan, variant: PassSet, backend: str, cell) -> di
 # --------------------------------------------------------------------------- timing
 
 
-def _bench_variants(original, optimized, variant: PassSet, backend: str):
-    """The two benchmark variants and the keyword arguments for ``run_benchmark`` (rule 3).
-
-    The original always runs at onnxruntime level ``all``. For another backend the variant runs
-    there when the benchmark's ``Settings`` can say so per variant; when only the whole run can
-    take a backend, both run on it and the note says the ratio is against that backend's
-    original.
-
-    Returns:
-        (variants, kwargs, note).
-
-    Raises:
-        fusionviz.errors.BenchError: this benchmark runner cannot time that backend.
-    """
-    from fusionviz.bench import runner
-    from fusionviz.bench.runner import Settings, Variant
+def _bench_variants(original, optimized, variant: PassSet, backend: str) -> list:
+    """The two benchmark variants (rule 3): the original at onnxruntime level ``all``, and the
+    cell's pass set on its backend (made by :class:`fusionviz.experiment.build.Builder`)."""
+    from fusionviz.experiment.build import Builder
+    from fusionviz.experiment.variant import Settings
 
     base = Settings(level="all")
-    if backend == "ort":
-        return ([Variant("original", original, base), Variant(variant.label, optimized, base, variant.passes)],
-                {}, "")
-    fields = {f.name for f in dataclasses.fields(Settings)}
-    if "backend" in fields:
-        other = dataclasses.replace(base, backend=backend)
-        return ([Variant("original", original, base), Variant(variant.label, optimized, other, variant.passes)],
-                {}, "")
-    if "backend" in inspect.signature(runner.run_benchmark).parameters:
-        return ([Variant("original", original, base), Variant(variant.label, optimized, base, variant.passes)],
-                {"backend": backend}, f"ratio against the original on {backend}, not onnxruntime")
-    raise errors.BenchError(f"This benchmark runner cannot time the {backend} backend.")
+    b = Builder(original, base)
+    b.original()
+    b.selection(variant.label, variant.passes, dataclasses.replace(base, backend=backend), model=optimized)
+    return b.variants()
 
 
 def time_cell(ref: ModelRef, data: bytes | None, plan: PlanResult | Any, variant: PassSet, backend: str,
@@ -315,7 +295,7 @@ def time_cell(ref: ModelRef, data: bytes | None, plan: PlanResult | Any, variant
         ``peak_mb`` (the variant's peak RSS while running, above the worker's baseline),
         ``variant_ms``, ``original_ms``, ``error``, ``note``.
     """
-    from fusionviz.bench.runner import run_benchmark
+    from fusionviz.bench import run_benchmark
 
     row: dict[str, Any] = {"min_time_s": min_time_s, "latency_ratio": None, "latency_lo": None,
                            "latency_hi": None, "peak_mb": None, "variant_ms": None, "original_ms": None,
@@ -327,14 +307,13 @@ def time_cell(ref: ModelRef, data: bytes | None, plan: PlanResult | Any, variant
     try:
         loaded = load_model(ref, data)
         optimized = _optimized(loaded.proto, variant.passes)
-        variants, kwargs, note = _bench_variants(loaded.proto, optimized, variant, backend)
-        results = run_benchmark(variants, shapes=plan.shapes(), min_time_s=min_time_s, warmup=3, **kwargs)
+        variants = _bench_variants(loaded.proto, optimized, variant, backend)
+        results = run_benchmark(variants, shapes=plan.shapes(), min_time_s=min_time_s, warmup=3)
     except Exception as exc:  # noqa: BLE001 - rule 4
         if not isinstance(exc, errors.FusionvizError):
             logger.exception("timing %s / %s crashed", ref.name, variant.label)
         return {**row, "error": f"not timed: {_sentence(exc)}"}
     orig, var = results[0], results[1]
-    row["note"] = note
     if orig.stats is None or var.stats is None:
         failed = orig if orig.stats is None else var
         return {**row, "error": f"not timed: the {failed.label} variant failed: {failed.error}"}

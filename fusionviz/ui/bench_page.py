@@ -1,14 +1,15 @@
 """Benchmark page: choose variants and settings, run with progress and cancel, charts, downloads.
 
-The benchmark runs in a background thread of this server (the bench engine itself starts one
-worker process per variant and queues runs machine-wide). The page polls the job, so a click on
-*Cancel* reruns the page, sets the job's cancel event, and the engine stops its workers.
+The page lays out and calls: the variants are built by :mod:`fusionviz.experiment.plan` (one
+builder for every front end), and the run goes on in a background thread started by
+:mod:`fusionviz.experiment.jobs` (the bench engine itself starts one worker process per variant
+and queues runs machine-wide). The page polls the job, so a click on *Cancel* reruns the page,
+sets the job's cancel event, and the engine stops its workers.
 
 Rules:
 
-1. The onnxruntime level is one setting of the run: the current selection, the original and
-   every per-pass what-if step run under it, so a what-if step differs from its neighbour
-   only by passes (:mod:`fusionviz.bench.whatif`). The chart titles name it.
+1. The onnxruntime level is one setting of the run (:mod:`fusionviz.experiment.plan` rule 1);
+   the chart titles name it.
 2. Comparisons across onnxruntime levels are their own variants: the reference (the original
    under level 'all', on by default, what a user gets from onnxruntime alone) and, when asked,
    the original under every level.
@@ -28,134 +29,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from fusionviz import errors
+from fusionviz.experiment import jobs
+from fusionviz.experiment.plan import REFERENCE_LEVEL, Plan, reference_label
+from fusionviz.ortlevels import LEVELS
 from fusionviz.ui import cache, common, state
 
 logger = logging.getLogger(__name__)
-
-LEVELS = ("off", "basic", "extended", "layout", "all")
-REFERENCE_LEVEL = "all"
-REFERENCE = f"original @ORT {REFERENCE_LEVEL}"
-
-
-@dataclasses.dataclass
-class BenchJob:
-    """A benchmark running in a background thread (mutable: the thread fills it in)."""
-
-    cancel: threading.Event
-    kind: str = "bench"  # "bench" | "tune"
-    thread: threading.Thread | None = None
-    fraction: float = 0.0
-    message: str = "starting"
-    results: list | None = None
-    error: str | None = None
-    context: dict = dataclasses.field(default_factory=dict)
-    started: float = dataclasses.field(default_factory=time.monotonic)
-
-    def alive(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """What to measure (plain data, so the thread never touches Streamlit)."""
-
-    current: bool
-    original: bool
-    reference: bool
-    levels: bool
-    references: bool
-    cumulative: bool
-    leave_one_out: bool
-    level: str
-    threads: int
-    provider: str
-    denormal: bool
-    min_time_s: float
-    profile: bool
-    backends: tuple[str, ...] = ()  # compilers besides onnxruntime: the original and the selection on each
-
-
-def current_label(passes: list[str]) -> str:
-    """Label of the current selection's variant."""
-    return f"current ({len(passes)} pass{'es' if len(passes) != 1 else ''})"
-
-
-def reference_label(plan_level: str) -> str:
-    """The variant every other is compared with: the reference, or the original when the run
-    itself is at the reference level."""
-    return "original" if plan_level == REFERENCE_LEVEL else REFERENCE
-
-
-def build_variants(plan: Plan, proto: Any, passes: list[str], result: Any, shapes: dict) -> tuple[list, dict]:
-    """Variants for ``plan``; returns (variants, notes) where notes explain anything left out.
-
-    The per-pass what-if variants all share the run's settings (rule 1). A variant may come
-    twice, under one label or two (rule 5): :func:`fusionviz.bench.identity.measure_once`
-    measures it once.
-    """
-    from fusionviz.bench import Settings, Variant
-
-    settings = Settings(level=plan.level, threads=plan.threads, provider=plan.provider,
-                        denormal_as_zero=plan.denormal)
-    variants: list = []
-    notes: dict[str, str] = {}
-    add = variants.append
-
-    if plan.current and passes:
-        add(Variant(current_label(passes), result.final, settings, tuple(passes)))
-    if plan.original:
-        add(Variant("original", result.original, settings, ()))
-    from fusionviz.backends.registry import TITLES
-
-    for backend in plan.backends:  # same models, compiled by another runtime (its own full pipeline)
-        on = dataclasses.replace(settings, backend=backend, level="all")
-        if plan.current and passes:
-            add(Variant(f"{current_label(passes)} @{TITLES.get(backend, backend)}", result.final, on, tuple(passes)))
-        if plan.original or not passes:
-            add(Variant(f"original @{TITLES.get(backend, backend)}", result.original, on, ()))
-    if plan.reference:
-        if plan.level == REFERENCE_LEVEL and plan.original:
-            notes["reference"] = f"the original already runs under level '{REFERENCE_LEVEL}' in this run"
-        else:
-            add(Variant(REFERENCE, result.original, dataclasses.replace(settings, level=REFERENCE_LEVEL), ()))
-    if plan.levels:
-        for lv in LEVELS:
-            if lv != plan.level:
-                add(Variant(f"original @ORT {lv}", result.original,
-                            dataclasses.replace(settings, level=lv), ()))
-    if plan.references:
-        try:
-            from fusionviz.bench.whatif import reference_variants
-
-            refs, failures = reference_variants(result.original, settings, shapes=shapes or None)
-            for v in refs:
-                add(v)
-            notes.update({k: f"left out: {v}" for k, v in failures.items()})
-        except ImportError as exc:
-            notes["references"] = f"not available ({exc})"
-    if plan.cumulative and passes:
-        from fusionviz.bench.whatif import cumulative
-
-        w = cumulative(result.original, passes, settings)
-        for v in w.variants:
-            add(v)
-        if w.skipped:
-            notes["cumulative"] = f"{len(w.skipped)} passes changed nothing and were not measured"
-    if plan.leave_one_out and passes:
-        from fusionviz.bench.whatif import leave_one_out
-
-        w = leave_one_out(result.original, passes, settings)
-        for v in w.variants:
-            add(v)
-    return variants, notes
 
 
 def bench_feeds(loaded: Any) -> dict | None:
@@ -167,64 +52,10 @@ def bench_feeds(loaded: Any) -> dict | None:
     return plan.feeds("user" if plan.user_data else "normal")
 
 
-def _worker(job: BenchJob, plan: Plan, proto: Any, passes: list[str], result: Any, shapes: dict,
-            feeds: dict | None = None) -> None:
-    from fusionviz.bench import BenchCancelled, identity, run_benchmark
-
-    def progress(fraction: float, msg: str) -> None:
-        job.fraction = max(0.0, min(1.0, float(fraction)))
-        job.message = msg
-
-    try:
-        job.message = "building variants"
-        variants, notes = build_variants(plan, proto, passes, result, shapes)
-        job.context["notes"] = notes
-        if not variants:
-            job.error = "Choose at least one variant (and select passes for the per-pass ones)."
-            return
-        measured = identity.measure_once(variants)  # rule 5
-        job.context["labels"] = [v.label for v in measured.requested]
-        job.context["same_as"] = dict(measured.same_as)
-        job.context["originals"] = measured.labels_of(result.original)
-        if measured.same_as:
-            notes["measured once"] = "; ".join(f"'{a}' is the same model and settings as '{b}'"
-                                               for a, b in measured.same_as.items())
-        job.results = measured.expand(run_benchmark(list(measured.variants), shapes=shapes or None, feeds=feeds,
-                                                    min_time_s=plan.min_time_s, profile=plan.profile,
-                                                    verify_against=result.original, progress=progress,
-                                                    cancel=job.cancel))
-    except BenchCancelled:
-        job.error = "Benchmark cancelled."
-    except errors.FusionvizError as exc:
-        job.error = str(exc)
-    except Exception:  # noqa: BLE001 - the app must stay up
-        logger.exception("benchmark failed")
-        job.error = "The benchmark failed unexpectedly; the details are in the server log."
-
-
-def _tune_worker(job: BenchJob, proto: Any, shapes: dict, budget_s: float, min_time_s: float,
-                 feeds: dict | None = None, backends: tuple[str, ...] = ()) -> None:
-    from fusionviz import tune
-
-    def progress(msg: str) -> None:
-        job.message = msg
-        job.fraction = min(0.99, (time.monotonic() - job.started) / max(budget_s, 1.0))
-
-    try:
-        job.results = tune.tune(proto, shapes=shapes or None, feeds=feeds, budget_s=budget_s, min_time_s=min_time_s,
-                                backends=("ort", *backends), progress=progress)
-    except errors.FusionvizError as exc:
-        job.error = str(exc)
-    except Exception:  # noqa: BLE001 - the app must stay up
-        logger.exception("tune failed")
-        job.error = "The search failed unexpectedly; the details are in the server log."
-
-
 def _cancel() -> None:
     job = st.session_state.get(state.BENCH_JOB)
     if job is not None:
-        job.cancel.set()
-        job.message = "cancelling..."
+        job.stop()
 
 
 def _providers() -> list[str]:
@@ -291,22 +122,17 @@ def _backend_choice(key: str, help_text: str) -> tuple[str, ...]:
 
 
 def _start(plan: Plan, loaded: Any, result: Any) -> None:
-    job = BenchJob(cancel=threading.Event())
     inputs = state.input_plan(loaded)
-    job.context = {"model": loaded.name, "sha256": loaded.sha256, "passes": state.passes(),
-                   "plan": dataclasses.asdict(plan), "pipeline": result.as_dict(),
-                   "settings": {"level": plan.level, "threads": int(plan.threads), "provider": plan.provider,
-                                "denormal_as_zero": plan.denormal, "seconds_per_variant": plan.min_time_s},
-                   "inputs": inputs.plan.describe_lines() if inputs.plan is not None else []}
-    t = threading.Thread(target=_worker, args=(job, plan, loaded.proto, state.passes(), result, state.shapes(),
-                                               bench_feeds(loaded)),
-                         name="fusionviz-bench", daemon=True)
-    job.thread = t
-    st.session_state[state.BENCH_JOB] = job
-    t.start()
+    context = {"model": loaded.name, "sha256": loaded.sha256, "passes": state.passes(),
+               "plan": dataclasses.asdict(plan), "pipeline": result.as_dict(),
+               "settings": {"level": plan.level, "threads": int(plan.threads), "provider": plan.provider,
+                            "denormal_as_zero": plan.denormal, "seconds_per_variant": plan.min_time_s},
+               "inputs": inputs.plan.describe_lines() if inputs.plan is not None else []}
+    st.session_state[state.BENCH_JOB] = jobs.start_bench(plan, state.passes(), result, state.shapes(),
+                                                         bench_feeds(loaded), context)
 
 
-def _poll(job: BenchJob) -> None:
+def _poll(job: jobs.Job) -> None:
     bar = st.progress(job.fraction, text=job.message)
     if job.kind == "bench":
         st.button("Cancel", icon=":material/stop:", key="bench_cancel", on_click=_cancel)
@@ -357,7 +183,7 @@ def results_table(results: list, level: str = "off", originals: list[str] | None
     from fusionviz.bench import whatif
 
     ref_label = reference_label(level)
-    ref = next((r for r in results if r.label == ref_label and r.stats is not None), None)
+    ref = whatif.reference_result(results, REFERENCE_LEVEL)
     rows = []
     for r in results:
         st_ = r.stats
@@ -368,7 +194,7 @@ def results_table(results: list, level: str = "off", originals: list[str] | None
         rows.append({
             "variant": r.label,
             "median ms": round(st_.median_ms, 3) if st_ else None,
-            f"vs {ref_label}": vs_ref if r.label != ref_label else ("reference" if ref is not None else None),
+            f"vs {ref_label}": "reference" if ref is not None and r.label == ref.label else vs_ref,
             SAME_SETTINGS: _vs_original(r, results, originals),
             "p10 ms": round(st_.p10_ms, 3) if st_ else None,
             "p90 ms": round(st_.p90_ms, 3) if st_ else None,
@@ -424,7 +250,7 @@ def _levels(ok: list, level: str) -> None:
     from fusionviz import charts
     from fusionviz.bench import whatif
 
-    eff = whatif.level_effects(ok, "original")
+    eff = whatif.level_effects(ok)
     if not eff:
         st.caption("Tick 'Original' with the reference or 'Original under every ORT level' to compare "
                    "onnxruntime's own levels.")
@@ -512,14 +338,9 @@ def _tune(loaded: Any, busy: bool) -> None:
         budget = c[0].slider("Time budget (s)", 20, 600, step=10, **state.keep("tune_budget", 120))
         per = c[1].slider("Seconds per variant", 0.2, 3.0, step=0.1, **state.keep("tune_min_time", 0.5))
         if c[2].button("Run the search", key="tune_run", disabled=busy, type="primary"):
-            job = BenchJob(cancel=threading.Event(), kind="tune")
-            job.context = {"sha256": loaded.sha256}
-            job.thread = threading.Thread(target=_tune_worker, args=(job, loaded.proto, state.shapes(),
-                                                                      float(budget), float(per),
-                                                                      bench_feeds(loaded), backends),
-                                          name="fusionviz-tune", daemon=True)
-            st.session_state[state.BENCH_JOB] = job
-            job.thread.start()
+            st.session_state[state.BENCH_JOB] = jobs.start_tune(loaded.proto, state.shapes(), float(budget),
+                                                                float(per), bench_feeds(loaded), backends,
+                                                                {"sha256": loaded.sha256})
             st.rerun()
         saved = st.session_state.get("fv_tune")
         if not saved or saved.get("sha256") != loaded.sha256:

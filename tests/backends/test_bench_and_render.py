@@ -16,18 +16,18 @@ pytestmark = needs_openvino
 
 
 def test_bench_runs_ort_and_openvino_in_one_run(elementwise):
-    res = run_benchmark([Variant("x (ort)", elementwise, Settings(level="all")),
-                         Variant("x (openvino)", elementwise, Settings(backend="openvino", denormal_as_zero=True))],
+    res = run_benchmark([Variant("x", elementwise, Settings(level="all")),
+                         Variant("x @OpenVINO", elementwise, Settings(backend="openvino", denormal_as_zero=True))],
                         min_time_s=0.05, verify_against=elementwise, timeout_s=60)
     by = {r.label: r for r in res}
     for label in by:
         assert by[label].error is None, by[label].error
         assert by[label].stats.n > 0 and by[label].verify["ok"]
-    ov = by["x (openvino)"]
+    ov = by["x @OpenVINO"]
     assert ov.backend == "openvino" and ov.backend_info["CPU_DENORMALS_OPTIMIZATION"] == "True"
     assert ov.backend_info["version"] and ov.settings.describe().startswith("OpenVINO CPU f32, 1 thread")
-    assert ov.as_dict()["backend"] == "openvino" and by["x (ort)"].as_dict()["backend"] == "ort"
-    assert by["x (ort)"].backend_info["session.set_denormal_as_zero"] == "0"
+    assert ov.as_dict()["backend"] == "openvino" and by["x"].as_dict()["backend"] == "ort"
+    assert by["x"].backend_info["session.set_denormal_as_zero"] == "0"
 
 
 def test_cli_bench_json_has_a_variant_per_backend(tmp_path, elementwise, capsys):
@@ -42,8 +42,8 @@ def test_cli_bench_json_has_a_variant_per_backend(tmp_path, elementwise, capsys)
     assert rc == 0, cap.err
     data = json.loads(out.read_text())
     rows = {v["label"]: v for v in data["variants"]}
-    assert set(rows) == {"orig (ort)", "orig (openvino)"}
-    assert rows["orig (openvino)"]["backend"] == "openvino" and rows["orig (openvino)"]["settings"]["backend"] == "openvino"
+    assert set(rows) == {"orig", "orig @OpenVINO"}
+    assert rows["orig @OpenVINO"]["backend"] == "openvino" and rows["orig @OpenVINO"]["settings"]["backend"] == "openvino"
     for v in rows.values():  # the fields earlier versions wrote are all still there
         assert {"label", "passes", "settings", "latency", "memory", "verify", "error", "session_s"} <= set(v)
         assert v["error"] is None and v["latency"]["median_ms"] > 0
@@ -60,11 +60,11 @@ def test_a_model_openvino_cannot_compile_fails_only_its_variant(tmp_path, dynami
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     rows = {v["label"]: v for v in json.loads((tmp_path / "r.json").read_text())["variants"]}
-    assert rows["orig (ort)"]["error"] is None and rows["orig (ort)"]["latency"]["n"] > 0
-    err = rows["orig (openvino)"]["error"]
+    assert rows["orig"]["error"] is None and rows["orig"]["latency"]["n"] > 0
+    err = rows["orig @OpenVINO"]["error"]
     assert err.startswith("OpenVINO failed: ") and "dynamic rank" in err and "\n" not in err
-    assert rows["orig (trt)"]["error"].startswith("TensorRT is not available here:")
-    lines = [ln for ln in cap.err.splitlines() if ln.startswith("orig (openvino): ")]
+    assert rows["orig @TensorRT"]["error"].startswith("TensorRT is not available here:")
+    lines = [ln for ln in cap.err.splitlines() if ln.startswith("orig @OpenVINO: ")]
     assert len(lines) == 1 and "dynamic rank" in lines[0]
 
 

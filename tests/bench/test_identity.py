@@ -13,6 +13,7 @@ import fusionviz.bench as bench
 from fusionviz import errors
 from fusionviz.bench import BenchResult, Settings, Variant, compute_stats, identity, whatif
 from fusionviz.cli import main
+from fusionviz.experiment.build import Builder
 from fusionviz.passes import run_pipeline
 
 MODEL = onnx.parser.parse_model("""
@@ -50,8 +51,8 @@ def test_the_selection_and_the_what_ifs_last_steps_are_one_variant():
     final = run_pipeline(MODEL, SELECTION).final
     variants = [Variant("current (3 passes)", final, s, tuple(SELECTION)),
                 Variant("original", ORIGINAL, s),
-                *whatif.cumulative(MODEL, SELECTION, s).variants,
-                *whatif.leave_one_out(MODEL, SELECTION, s).variants]
+                *Builder(MODEL, s).cumulative(SELECTION).variants,
+                *Builder(MODEL, s).leave_one_out(SELECTION).variants]
     m = identity.measure_once(variants)
     labels = [v.label for v in m.requested]
     assert labels == ["current (3 passes)", "original", "+identity_elimination", "+dropout_elimination",
@@ -97,15 +98,15 @@ def test_original_at_the_same_settings():
 
 
 def test_benchmark_page_measures_an_identical_variant_once(monkeypatch):
-    from fusionviz.ui import bench_page
+    from fusionviz.experiment import jobs
+    from fusionviz.experiment.plan import Plan
 
     seen: list = []
     monkeypatch.setattr(bench, "run_benchmark", _fake_run(seen))
     result = run_pipeline(MODEL, SELECTION)
-    plan = bench_page.Plan(True, True, True, False, False, True, True, "off", 1, "CPUExecutionProvider", False,
-                           0.2, False)
-    job = bench_page.BenchJob(cancel=__import__("threading").Event())
-    bench_page._worker(job, plan, MODEL, SELECTION, result, {})
+    plan = Plan(True, True, True, False, False, True, True, "off", 1, "CPUExecutionProvider", False, 0.2, False)
+    job = jobs.Job(cancel=__import__("threading").Event())
+    jobs.run_bench(job, plan, SELECTION, result, {})
     assert job.error is None
     (measured,) = seen
     keys = [identity.variant_key(v) for v in measured]
@@ -141,4 +142,5 @@ def test_expand_keeps_each_labels_own_passes():
     m = identity.measure_once([Variant("a", MODEL, passes=("p",)), Variant("b", MODEL, passes=("p", "q"))])
     r = BenchResult("a", ("p",), Settings(), compute_stats([1.0] * 5), {})
     a, b = m.expand([r])
-    assert a is r and b == dataclasses.replace(r, label="b", passes=("p", "q"))
+    assert a is r and b == dataclasses.replace(r, label="b", passes=("p", "q"), role=m.requested[1].role)
+    assert b.role.name == "b"  # each label keeps its own role too

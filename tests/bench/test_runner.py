@@ -10,7 +10,8 @@ import pytest
 
 from fusionviz import errors
 from fusionviz.bench import BenchCancelled, Settings, Variant, run_benchmark
-from fusionviz.bench.runner import MIN_ROUNDS, machine_lock
+from fusionviz.bench.manager import machine_lock
+from fusionviz.bench.schedule import MIN_ROUNDS
 
 
 def _no_children_left():

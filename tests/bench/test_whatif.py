@@ -5,14 +5,9 @@ from __future__ import annotations
 import onnx.parser
 
 from fusionviz.bench import BenchResult, Settings, compute_stats
-from fusionviz.bench.whatif import (
-    cumulative,
-    cumulative_steps,
-    cumulative_variants,
-    leave_one_out,
-    leave_one_out_table,
-    level_variants,
-)
+from fusionviz.bench.whatif import cumulative_steps, leave_one_out_table
+from fusionviz.experiment.build import Builder
+from fusionviz.experiment.variant import Role
 
 MODEL = onnx.parser.parse_model("""
 <ir_version: 8, opset_import: ["" : 17]>
@@ -30,34 +25,64 @@ def _node_ops(m):
 
 
 def test_cumulative_variants_apply_passes_one_by_one_and_skip_no_ops():
-    w = cumulative(MODEL, PASSES, Settings(level="basic"))
+    w = Builder(MODEL, Settings(level="basic")).cumulative(PASSES)
     assert [v.label for v in w.variants] == ["original", "+identity_elimination", "+dropout_elimination"]
+    assert [v.role for v in w.variants] == [Role("original"), Role("step", "identity_elimination"),
+                                            Role("step", "dropout_elimination")]
     assert w.skipped == ("fold_batchnorm",)  # nothing to fold: identical model, not measured
     assert [v.passes for v in w.variants] == [(), ("identity_elimination",),
                                               ("identity_elimination", "dropout_elimination")]
     assert _node_ops(w.variants[1].model) == ["Relu", "Dropout", "Sigmoid"]
     assert _node_ops(w.variants[2].model) == ["Relu", "Sigmoid"]
     assert all(v.settings.level == "basic" for v in w.variants)
-    assert len(cumulative_variants(MODEL, PASSES, skip_unchanged=False)) == 4
+    assert len(Builder(MODEL).cumulative(PASSES, skip_unchanged=False).variants) == 4
 
 
 def test_leave_one_out_variants_drop_each_active_pass():
-    w = leave_one_out(MODEL, PASSES)
+    w = Builder(MODEL).leave_one_out(PASSES)
     assert [v.label for v in w.variants] == ["all passes", "-identity_elimination", "-dropout_elimination"]
+    assert [v.role.kind for v in w.variants] == ["all", "drop", "drop"]
     assert _node_ops(w.variants[0].model) == ["Relu", "Sigmoid"]
     assert _node_ops(w.variants[1].model) == ["Identity", "Relu", "Sigmoid"]
     assert _node_ops(w.variants[2].model) == ["Relu", "Dropout", "Sigmoid"]
 
 
-def test_level_variants():
-    vs = level_variants(MODEL, ("off", "all"))
-    assert [(v.label, v.settings.level) for v in vs] == [("original @off", "off"), ("original @all", "all")]
+def test_level_variants_say_their_level_and_skip_the_run_level():
+    vs = Builder(MODEL, Settings(level="off")).levels(("off", "basic", "all"))
+    assert [(v.label, v.settings.level, v.role) for v in vs] == [
+        ("original @ORT basic", "basic", Role("level", "basic")), ("original @ORT all", "all", Role("level", "all"))]
+
+
+def test_labels_are_made_from_roles_and_settings_in_one_place():
+    from fusionviz.experiment import labels
+
+    run = Settings(level="off")
+    assert labels.label(Role("original"), run, run) == "original"
+    assert labels.label(Role("original"), Settings(level="all"), run) == "original @ORT all"
+    assert labels.label(Role("selection", "+x"), run, run) == "+x"  # a name that looks like a step is a name
+    assert labels.label(Role("backend", "openvino"), Settings(level="all", backend="openvino"), run) == \
+        "original @OpenVINO"
+    assert labels.label(Role("drop", "p"), Settings(level="off", denormal_as_zero=True), run) == \
+        "-p @denormals as zero"
+    assert labels.label(Role("selection", "ours"), Settings(level="off"), None) == "ours @ORT off"
+
+
+def test_a_selection_named_like_a_step_is_read_as_a_selection():
+    """A CLI ``--variant "+x=..."`` is a selection: what-if reads roles, not labels."""
+    from fusionviz.bench import whatif
+
+    rs = [BenchResult("original", (), Settings(), compute_stats([10.0] * 5), {}, round_medians_ms=(10.0,) * 5,
+                      role=Role("original")),
+          BenchResult("+x", ("identity_elimination",), Settings(), compute_stats([8.0] * 5), {},
+                      round_medians_ms=(8.0,) * 5, role=Role("selection", "+x"))]
+    assert whatif.cumulative_effects(rs) == ([], None)
 
 
 def _res(label, ms, static):
+    role = Role("drop", label[1:]) if label.startswith("-") else None
     return BenchResult(label, (), Settings(), compute_stats([ms] * 5),
                        {"static_sum_intermediate_bytes": static, "static_peak_reuse_bytes": static // 2,
-                        "rss_run_mb": 10.0})
+                        "rss_run_mb": 10.0}, role=role)
 
 
 def test_cumulative_steps_give_incremental_deltas():

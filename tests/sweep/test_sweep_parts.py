@@ -143,15 +143,12 @@ def test_openvino_rows_compare_on_openvino(tmp_path, tiny_model):
 
 
 def test_timing_compares_with_the_original_at_ort_all(tiny_model):
-    import dataclasses
-
-    from fusionviz.bench.runner import Settings
     from fusionviz.sweep.work import _bench_variants
 
-    variants, kwargs, note = _bench_variants(tiny_model, tiny_model, parse_passes("cse")[0], "ort")
-    assert [v.label for v in variants] == ["original", "cse"] and not kwargs and not note
+    variants = _bench_variants(tiny_model, tiny_model, parse_passes("cse")[0], "ort")
+    assert [v.label for v in variants] == ["original", "cse"]
+    assert [v.role.kind for v in variants] == ["original", "selection"]
     assert all(v.settings.level == "all" for v in variants)
-    if "backend" in {f.name for f in dataclasses.fields(Settings)}:
-        variants, _, _ = _bench_variants(tiny_model, tiny_model, parse_passes("cse")[0], "openvino")
-        assert variants[0].settings.backend == "ort" and variants[0].settings.level == "all"
-        assert variants[1].settings.backend == "openvino"
+    variants = _bench_variants(tiny_model, tiny_model, parse_passes("cse")[0], "openvino")
+    assert variants[0].settings.backend == "ort" and variants[0].settings.level == "all"
+    assert variants[1].settings.backend == "openvino" and variants[1].label == "cse @OpenVINO"

@@ -7,16 +7,21 @@ from __future__ import annotations
 from ui_helpers import errors_of, goto
 
 from fusionviz.bench import BenchResult, Settings, compute_stats
+from fusionviz.experiment.variant import Role
 from fusionviz.ui import state
 from fusionviz.ui.bench_page import SAME_SETTINGS
 
 DRIFT = (1.0, 1.4, 1.1, 1.8, 1.2, 1.5, 1.0, 1.3)
 
 
+ROLES = {"original": Role("original"), "original @ORT all": Role("level", "all"),
+         "original @ORT basic": Role("level", "basic"), "+identity_elimination": Role("step", "identity_elimination")}
+
+
 def _res(label: str, ms: float, level: str, passes: tuple[str, ...] = ()) -> BenchResult:
     rounds = tuple(ms * d for d in DRIFT)
     return BenchResult(label, passes, Settings(level=level), compute_stats(list(rounds)), {},
-                       verify={"ok": True, "max_rel_diff": 0.0}, round_medians_ms=rounds)
+                       verify={"ok": True, "max_rel_diff": 0.0}, round_medians_ms=rounds, role=ROLES.get(label))
 
 
 def _seed(app, results, originals) -> None:

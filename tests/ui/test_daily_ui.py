@@ -141,14 +141,14 @@ def test_sidebar_names_the_uploaded_model_at_once_and_no_path_is_shown(app):
 def test_bench_compares_with_onnxruntime_level_all_by_default(app):
     goto(app, "bench")
     assert app.checkbox(key="bench_v_reference").value is True
-    from fusionviz.ui.bench_page import Plan, build_variants
+    from fusionviz.experiment.plan import Plan, build_variants
 
     loaded = app.session_state[state.MODEL]
     from fusionviz.passes import run_pipeline
 
     result = run_pipeline(loaded.proto, ["identity_elimination"])
     plan = Plan(True, True, True, False, False, True, False, "off", 1, "CPUExecutionProvider", False, 0.2, False)
-    variants, _ = build_variants(plan, loaded.proto, ["identity_elimination"], result, {})
+    variants, _ = build_variants(plan, ["identity_elimination"], result, {})
     by = {v.label: v.settings.level for v in variants}
     assert by["original @ORT all"] == "all"
     # Everything else, the per-pass steps included, runs at the run's one level.

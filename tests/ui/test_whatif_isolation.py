@@ -8,6 +8,8 @@ import onnx.parser
 import pytest
 
 from fusionviz.bench import BenchResult, Settings, Variant, compute_stats, whatif
+from fusionviz.experiment.build import Builder, WhatIf, check_isolated
+from fusionviz.experiment.variant import Role
 from fusionviz.ortlevels import LEVELS
 
 MODEL = onnx.parser.parse_model("""
@@ -24,7 +26,7 @@ PASSES = ["identity_elimination", "dropout_elimination", "fold_batchnorm"]
 @pytest.mark.parametrize("level", LEVELS)
 def test_no_cumulative_step_changes_the_level(level):
     s = Settings(level=level, threads=2)
-    w = whatif.cumulative(MODEL, PASSES, s)
+    w = Builder(MODEL, s).cumulative(PASSES)
     assert {v.settings for v in w.variants} == {s}
     assert w.settings == s and f"level '{level}'" in w.title() and "2 threads" in w.title()
     # Neighbouring steps differ by exactly one pass, never by a setting.
@@ -36,7 +38,7 @@ def test_no_cumulative_step_changes_the_level(level):
 @pytest.mark.parametrize("level", LEVELS)
 def test_no_leave_one_out_variant_changes_the_level(level):
     s = Settings(level=level)
-    w = whatif.leave_one_out(MODEL, PASSES, s)
+    w = Builder(MODEL, s).leave_one_out(PASSES)
     assert {v.settings for v in w.variants} == {s}
     full = set(w.variants[0].passes)
     for v in w.variants[1:]:
@@ -47,14 +49,15 @@ def test_a_what_if_with_another_level_inside_is_refused():
     s = Settings(level="off")
     vs = [Variant("original", MODEL, s), Variant("+identity_elimination", MODEL, Settings(level="all"))]
     with pytest.raises(ValueError, match="differ only by passes"):
-        whatif.check_isolated(vs, s)
+        check_isolated(vs, s)
     with pytest.raises(ValueError):
-        whatif.WhatIf(tuple(vs), (), s)
+        WhatIf(tuple(vs), (), s)
 
 
-def _res(label: str, rounds: list[float], level: str = "off", passes: tuple[str, ...] = ()) -> BenchResult:
+def _res(label: str, rounds: list[float], level: str = "off", passes: tuple[str, ...] = (),
+         role: Role | None = None) -> BenchResult:
     return BenchResult(label, passes, Settings(level=level), compute_stats(rounds), {},
-                       round_medians_ms=tuple(rounds))
+                       round_medians_ms=tuple(rounds), role=role)
 
 
 def test_effects_read_only_the_what_if_steps_among_other_variants():
@@ -63,10 +66,10 @@ def test_effects_read_only_the_what_if_steps_among_other_variants():
     same = [x * f for x, f in zip(faster, [1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01, 0.99], strict=True)]
     results = [
         _res("current (2 passes)", faster, passes=("a", "b")),
-        _res("original", base),
-        _res("original @ORT all", [x * 0.5 for x in base], level="all"),
-        _res("+a", faster, passes=("a",)),
-        _res("+b", same, passes=("a", "b")),
+        _res("original", base, role=Role("original")),
+        _res("original @ORT all", [x * 0.5 for x in base], level="all", role=Role("level", "all")),
+        _res("+a", faster, passes=("a",), role=Role("step", "a")),
+        _res("+b", same, passes=("a", "b"), role=Role("step", "b")),
     ]
     effects, settings = whatif.cumulative_effects(results)
     assert settings == Settings(level="off")
@@ -77,21 +80,23 @@ def test_effects_read_only_the_what_if_steps_among_other_variants():
     assert a.describe().startswith("1.25× faster (20% less time; ratio 0.800, 95% interval [")
     assert b.baseline == "+a" and b.within_noise and b.describe().startswith("no measurable difference (ratio 1.0")
     assert "faster" not in b.describe() and "slower" not in b.describe()
-    levels = whatif.level_effects(results, "original")
+    levels = whatif.level_effects(results)
     assert [(e.name, round(e.ratio, 3)) for e in levels] == [("ORT all", 0.5)]
 
 
 def test_a_step_measured_under_another_level_is_refused():
     base = [10.0] * 6
-    results = [_res("original", base), _res("+a", base, level="all", passes=("a",))]
+    results = [_res("original", base, role=Role("original")),
+               _res("+a", base, level="all", passes=("a",), role=Role("step", "a"))]
     with pytest.raises(ValueError, match="differ only by passes"):
         whatif.cumulative_effects(results)
 
 
 def test_leave_one_out_effects_and_failed_variants():
     base = [8.0, 8.1, 7.9, 8.0, 8.2, 7.8]
-    results = [_res("all passes", base, passes=("a", "b")), _res("-a", [x * 1.25 for x in base], passes=("b",)),
-               BenchResult("-b", ("a",), Settings(), None, {}, error="worker crashed")]
+    results = [_res("all passes", base, passes=("a", "b"), role=Role("all")),
+               _res("-a", [x * 1.25 for x in base], passes=("b",), role=Role("drop", "a")),
+               BenchResult("-b", ("a",), Settings(), None, {}, error="worker crashed", role=Role("drop", "b"))]
     effects, settings = whatif.leave_one_out_effects(results)
     assert settings.level == "off"
     assert effects[0].name == "a" and effects[0].pct == pytest.approx(25.0)
