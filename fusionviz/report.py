@@ -42,12 +42,12 @@ Schema (``fusionviz_report: 2``)::
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from fusionviz.report_json import to_json
 
 SCHEMA = 2
 DEFAULT_OUTPUT = "out.onnx"
@@ -301,32 +301,6 @@ def build(*, model_name: str, sha256: str = "", source: str = "", result: Any = 
         "notes": list(notes),
         "environment": dict(environment),
     }
-
-
-def _finite(obj: Any) -> Any:
-    """Rule 5: NaN and infinities as strings, everywhere in ``obj``."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else str(obj)
-    if isinstance(obj, Mapping):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def _default(o: Any) -> Any:
-    fn = getattr(o, "as_dict", None)
-    if callable(fn):
-        return fn()
-    item = getattr(o, "item", None)  # numpy scalars
-    if callable(item):
-        return item()
-    return str(o)
-
-
-def to_json(report: Mapping[str, Any]) -> str:
-    """The report as indented, strict JSON text (rule 5)."""
-    return json.dumps(_finite(json.loads(json.dumps(report, default=_default))), indent=2, allow_nan=False)
 
 
 def write(report: Mapping[str, Any], path: str, *, before: Any = None, after: Any = None) -> str:

@@ -11,7 +11,7 @@ Rules:
    SVG, about 2 kB each, where plotly's inline bundle would add 4.8 MB). The only ``http`` in
    the file is the SVG namespace. The file opens from ``file://`` with the network off.
 2. **The same dict.** Every figure on the page comes from the report dict, and the page embeds
-   that dict's JSON text (:func:`fusionviz.report.to_json`, ``<``, ``>`` and ``&`` as ``\\u``
+   that dict's JSON text (:func:`fusionviz.report_json.to_json`, ``<``, ``>`` and ``&`` as ``\\u``
    escapes) in a
    ``<script type="application/json" id="fusionviz-report">`` element, so the JSON export and
    the HTML never disagree and the page can be read by a program.
@@ -621,7 +621,7 @@ def render(report: Mapping[str, Any], *, before: Any = None, after: Any = None, 
     Returns:
         The HTML text.
     """
-    from fusionviz import report as R
+    from fusionviz.report_json import to_json
 
     graphs = draw_graphs(report, before, after, max_nodes=max_nodes) if before is not None and after is not None else None
     m = report.get("model") or {}
@@ -647,7 +647,7 @@ def render(report: Mapping[str, Any], *, before: Any = None, after: Any = None, 
     body = "".join(_section(i, t, b) for i, t, b in sections)
     # "<", ">" and "&" only occur inside JSON strings: as \u escapes the text can never end or
     # re-open the script element (rule 4), and JSON.parse / json.loads read the same values.
-    data = R.to_json(report).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    data = to_json(report).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     version = ((report.get("environment") or {}).get("packages") or {}).get("fusionviz", "")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

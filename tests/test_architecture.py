@@ -19,9 +19,10 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in PKG.rglob("*.py")}
 
 
-def _top_level_imports(path: Path, known: set[str]) -> set[str]:
+def _top_level_imports(path: Path, known: set[str], *, everywhere: bool = False) -> set[str]:
     """fusionviz modules imported when ``path`` is imported (module level, not in functions;
-    ``if TYPE_CHECKING`` blocks excluded)."""
+    ``if TYPE_CHECKING`` blocks excluded); with ``everywhere``, also every import inside a
+    function or class body (what the module needs when it runs)."""
     tree = ast.parse(path.read_text())
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
     out: set[str] = set()
@@ -48,7 +49,10 @@ def _top_level_imports(path: Path, known: set[str]) -> set[str]:
                 if base.startswith("fusionviz"):
                     for a in node.names:
                         add(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base)
-            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            elif everywhere and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(node.body)
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)) or (
+                    everywhere and hasattr(node, "body") and isinstance(node.body, list)):
                 visit(getattr(node, "body", []))
                 for h in getattr(node, "handlers", []):
                     visit(h.body)
@@ -89,12 +93,12 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(*, everywhere: bool = False) -> dict[str, set[str]]:
     mods = _modules()
     known = set(mods)
     graph = {}
     for name, path in mods.items():
-        deps = _top_level_imports(path, known)
+        deps = _top_level_imports(path, known, everywhere=everywhere)
         # a submodule importing its parent package is how Python loads it anyway: not an edge
         graph[name] = {d for d in deps if not name.startswith(d + ".")}
     return graph
@@ -105,13 +109,36 @@ def test_no_import_cycles_in_the_package():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def test_no_import_cycles_counting_imports_inside_functions():
+    """A function-level import is still a dependency: no cycle among fusionviz modules even
+    counting them (a lazy import may hide a load-order failure, never a design cycle)."""
+    cycle = _cycle(_graph(everywhere=True))
+    assert cycle is None, "import cycle through function-level imports: " + " -> ".join(cycle)
+
+
+def test_the_import_reader_sees_imports_inside_functions(tmp_path):
+    pkg = tmp_path / "fusionviz"
+    pkg.mkdir()
+    path = pkg / "a.py"
+    path.write_text("import fusionviz.b\n\ndef f():\n    from fusionviz import c\n\n"
+                    "class K:\n    def g(self):\n        if True:\n            import fusionviz.d\n")
+    known = {"fusionviz", "fusionviz.a", "fusionviz.b", "fusionviz.c", "fusionviz.d"}
+    global ROOT
+    old, ROOT = ROOT, tmp_path
+    try:
+        assert _top_level_imports(path, known) == {"fusionviz.b"}
+        assert _top_level_imports(path, known, everywhere=True) == {"fusionviz.b", "fusionviz.c", "fusionviz.d"}
+    finally:
+        ROOT = old
+
+
 def test_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
 def test_backend_layers_do_not_import_the_ui():
-    graph = _graph()
+    graph = _graph(everywhere=True)
     for name, deps in graph.items():
         if not name.startswith("fusionviz.ui"):
             assert not {d for d in deps if d.startswith("fusionviz.ui")}, f"{name} imports the UI"

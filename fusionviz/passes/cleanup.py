@@ -12,7 +12,11 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from fusionviz.passes.facts import is_onnx
+from fusionviz.passes.remove import detach_and_remove
+from fusionviz.passes.simplify.identity import eliminate_identity
 from fusionviz.passes.walk import all_nodes, graph_likes
+
+__all__ = ["Cleanup", "dead_nodes", "detach_and_remove", "live_users", "unused_initializers"]
 
 
 def live_users(v: ir.Value) -> list[ir.Node]:
@@ -47,13 +51,6 @@ def unused_initializers(graph: ir.Graph) -> list[ir.Value]:
     ]
 
 
-def detach_and_remove(graph: ir.Graph | ir.Function, node: ir.Node) -> None:
-    """Remove a node whose outputs have no live users (stale uses from discarded rewrites are ignored)."""
-    for i in range(len(node.inputs)):
-        node.replace_input_with(i, None)
-    graph.remove(node, safe=False)
-
-
 class Cleanup:
     """Remember what was dead before a pass; afterwards remove only what it made dead."""
 
@@ -71,8 +68,6 @@ class Cleanup:
         for g in graph_likes(model):
             for node in list(g):
                 if self.is_new(node) and is_onnx(node, "Identity"):
-                    from fusionviz.passes.simplify.identity import eliminate_identity
-
                     eliminate_identity(node)
 
     def prune(self, model: ir.Model) -> int:

@@ -10,8 +10,8 @@ import onnx_ir as ir
 
 from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass
-from fusionviz.passes.cleanup import detach_and_remove
 from fusionviz.passes.facts import is_onnx
+from fusionviz.passes.remove import detach_and_remove
 from fusionviz.passes.walk import graph_likes
 
 
