@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from fusionviz import errors
-from fusionviz.ui import cache, common, nearmiss_view, state
+from fusionviz.ui import bisect_view, cache, common, nearmiss_view, state
 
 logger = logging.getLogger(__name__)
 
@@ -372,6 +372,9 @@ def body() -> None:
         v = common.verification(loaded, result)
         _verify_metric(v, slots[3])
         _verify_box(v)
+    with common.guard("bisecting"):
+        bisect_view.selection(loaded, result, v)
+        bisect_view.onnxruntime(loaded)
     with common.guard("preparing the downloads"):
         st.subheader("Export")
         bench = st.session_state.get(state.BENCH)
