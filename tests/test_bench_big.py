@@ -21,7 +21,7 @@ GB = bb.GB
 
 def _row(tool, rc=0, wall=1.0, rss=0.5 * GB, **kw):
     return {"model": "m", "tool": tool, "rc": rc, "wall_s": wall, "peak_rss": int(rss), "nodes_before": 10,
-            "nodes_after": kw.pop("nodes_after", None), **kw}
+            "nodes_after": kw.pop("nodes_after", None), "bytes": GB, "external": True, **kw}
 
 
 def _good_rows(size):
@@ -91,10 +91,14 @@ def test_table_rows_and_format():
     cells = bb.table_rows(rows)
     assert len(cells) == len(rows) and all(len(c) == len(bb.HEADER) for c in cells)
     opt = cells[2]
-    assert opt[1] == "fusionviz optimize --all" and opt[2] == "ok" and opt[5] == "10 -> 8"
-    assert opt[6:9] == ["yes", "yes", "yes"]
-    assert cells[0][6:9] == ["", "", ""]  # info writes no model
-    assert cells[-1][2] == "killed: process tree over 12.0 GB" and cells[-1][4] == "13.00"
+    col = {h: i for i, h in enumerate(bb.HEADER)}
+    assert opt[1] == "fusionviz optimize --all" and opt[2] == "ok" and opt[col["nodes"]] == "10 -> 8"
+    assert opt[col["x size"]] == "1.5x" and opt[col["goal GB"]] == "3.00"  # 2 x 1 GB + 1 GB
+    assert cells[0][col["goal GB"]] == "1.00"  # info, external data: 0.5 x 1 GB + 0.5 GB
+    assert cells[1][col["goal GB"]] == ""  # onnxslim: no goal of its own
+    assert [opt[col[k]] for k in ("valid", "equal", "reopen")] == ["yes", "yes", "yes"]
+    assert [cells[0][col[k]] for k in ("valid", "equal", "reopen")] == ["", "", ""]  # info writes no model
+    assert cells[-1][2] == "killed: process tree over 12.0 GB" and cells[-1][col["peak GB"]] == "13.00"
     text = bb.format_table(cells)
     lines = text.splitlines()
     assert len(lines) == len(rows) + 2 and len({len(x) for x in lines}) == 1
@@ -154,3 +158,18 @@ def test_at_is_dropped_from_the_forwarded_arguments():
     assert bb.without_at(["--models", "gpt2", "--at", "abc123", "--json", "o.json"]) == [
         "--models", "gpt2", "--json", "o.json"]
     assert bb.without_at(["--at=HEAD~1", "--make-only"]) == ["--make-only"]
+
+
+def test_check_written_judges_valid_equal_and_reopen(tmp_path):
+    src = bb.write_synthetic(tmp_path / "a" / "a.onnx", total_bytes=2 * 32 * 32 * 4, dim=32)
+    full = onnx.load(str(src))
+    same = tmp_path / "same.onnx"
+    onnx.save(full, str(same))  # one file now: the same numbers
+    got = bb.check_written(str(src), str(same))
+    assert got["valid"] and got["equal"] and got["reopen"] and got["nodes_after"] == 7, got
+    w = next(t for t in full.graph.initializer if t.name == "w1")
+    w.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(w) * 1.01, "w1"))
+    changed = tmp_path / "changed.onnx"
+    onnx.save(full, str(changed))
+    got = bb.check_written(str(src), str(changed))
+    assert got["valid"] and got["reopen"] and got["equal"] is False and "y differs" in got["why"], got
