@@ -3,7 +3,7 @@ summary, and say what the inputs are.
 
 Opening by path is allowed only under the folders in ``FUSIONVIZ_OPEN_PATHS`` (the checks live in
 :mod:`fusionviz.server_paths`; this page lays out and calls). The upload limit is the command
-line's model-size limit; the uploader's help says how to open a bigger model.
+line's model-size limit; the caption under the uploader says how to open a bigger model.
 
 The Inputs section shows fusionviz's input plan (every input's dtype and dims, which dims
 fusionviz chose and why, scalar values it inferred) with widgets to change it: a number per
@@ -121,8 +121,6 @@ def _upload() -> None:
     err = st.session_state.get(UPLOAD_ERROR)
     if err:
         st.error(err)
-        if "limit" in err:
-            st.caption(_bigger_words(limit_mb))
 
 
 def _open_path() -> None:
