@@ -560,8 +560,9 @@ def chunks(pairs: Sequence[TensorPair], max_tensors: int = DEFAULT_CHUNK_TENSORS
 # ------------------------------------------------------------------ one run (rules 4-6)
 
 
-def _with_outputs(data: bytes, names: Sequence[str]) -> bytes:
-    """The model with exactly ``names`` as its graph outputs (types where the model says them)."""
+def _with_outputs(data: bytes, names: Sequence[str]) -> onnx.ModelProto:
+    """The model with exactly ``names`` as its graph outputs (types where the model says them).
+    Weights on disk (``fusionviz.model_io`` rule 9) stay there: the model names their folder."""
     m = onnx.load_from_string(data)
     g = m.graph
     known = {v.name: v for v in [*g.value_info, *g.output, *g.input]}
@@ -573,7 +574,7 @@ def _with_outputs(data: bytes, names: Sequence[str]) -> bytes:
         else:
             vi.name = name  # onnxruntime infers the type
         g.output.append(vi)
-    return m.SerializeToString()
+    return m
 
 
 _BLOCK: list[int] = []
@@ -642,11 +643,13 @@ def run_chunk_here(a: bytes, b: bytes, feeds: Mapping[str, np.ndarray], items: S
     Raises:
         fusionviz.errors.RuntimeLoadError: A or B cannot load or run with the tensors exposed.
     """
+    from fusionviz.model_io import weights_dir
     from fusionviz.verify import compare, make_session, reference_noise, run_model
 
     a_names = [it[0] for it in items]
     b_names = [it[1] for it in items]
     ma = _with_outputs(a, a_names)
+    folder_a = weights_dir(ma)
     try:
         ra = run_model(make_session(ma), feeds)
     except errors.FusionvizError as exc:
@@ -660,7 +663,7 @@ def run_chunk_here(a: bytes, b: bytes, feeds: Mapping[str, np.ndarray], items: S
     outputs = [it[0] for it in items if it[2]]
     if outputs:  # rule 5: A's graph outputs get verify's own floor
         try:
-            natural = run_model(make_session(a, level="all"), feeds)
+            natural = run_model(make_session(a, level="all", weights_dir=folder_a), feeds)
             noise.update(reference_noise(_numeric({o: ra[o] for o in outputs}), _numeric(natural)))
         except errors.FusionvizError:
             for o in outputs:
