@@ -121,23 +121,29 @@ def switch(name: str, **params: str | None) -> None:
         **params: query parameters to set on the way (e.g. ``focus=NODE`` for the Graph page);
             None removes one.
     """
-    query = {k: st.query_params.get_all(k) for k in st.query_params}
+    # The state's own parameters come from the state (the URL may be older: state rule 3).
+    query = {k: st.query_params.get_all(k) for k in st.query_params
+             if k not in state.OWN_PARAMS and not k.startswith(state.QP_OPT)}
+    query.update(state.url_params())
     for k, v in params.items():
         if v is None:
             query.pop(k, None)
         else:
             query[k] = [v]
+            state.forget_sent(k, v)  # asked for on purpose: the page takes it as news
     st.switch_page(PAGES[name], query_params={k: v[-1] if len(v) == 1 else v for k, v in query.items()})
 
 
 def url_news(param: str, seen_key: str) -> str | None:
-    """The ``?param=`` value when the page has not seen it yet (a link, an edited address), else
-    None; ``seen_key`` remembers the value last read or written (:func:`to_url`)."""
+    """The ``?param=`` value when the page has not seen it yet (a link, an edited address, a
+    :func:`switch` that sets it), else None; ``seen_key`` remembers the value last read or
+    written (:func:`to_url`). A value this session wrote before is an older address of ours that
+    the browser sent back, not news (state rule 3)."""
     try:
         wanted = st.query_params.get(param)
     except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
         return None
-    if wanted and wanted != st.session_state.get(seen_key):
+    if wanted and wanted != st.session_state.get(seen_key) and not state.is_echo(param, wanted):
         st.session_state[seen_key] = wanted
         return wanted
     return None

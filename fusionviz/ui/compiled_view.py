@@ -2,9 +2,9 @@
 
 Rules (the code points back to them):
 
-1. The view is chosen in the sidebar ("Graph view") and lives in the URL (``?view=openvino``,
-   ``?view=tvm``); only that parameter is read or written here. The passes view (before →
-   after) stays the Graph page's own.
+1. The view is chosen in the sidebar ("Graph view"), kept in ``state.GRAPH_VIEW`` and written
+   to the URL with the rest of the state (``?view=openvino``, ``?view=tvm``; state rule 3). The
+   passes view (before → after) stays the Graph page's own.
 2. The model is compiled in a fresh process (``graphview.compiled.compile_executed_isolated``):
    a runtime that crashes, hangs or leaks cannot take the app down; its failure is one line.
    A backend that is not installed here says why in one line. Results are cached per model,
@@ -32,7 +32,7 @@ from fusionviz.ui import common, state
 
 logger = logging.getLogger(__name__)
 
-URL_PARAM = "view"
+URL_PARAM = state.QP_VIEW
 VIEWS = {"passes": "Passes: before → after", "openvino": "Compiled by OpenVINO", "tvm": "Compiled by TVM"}
 WIDGET = "graph_view_choice"
 PICK = "compiled_layer_pick"
@@ -46,25 +46,13 @@ PANE_HEIGHT = 700
 
 
 def _set_view() -> None:
-    choice = st.session_state.get(WIDGET) or "passes"
-    try:
-        if choice == "passes":
-            if URL_PARAM in st.query_params:
-                del st.query_params[URL_PARAM]
-        else:
-            st.query_params[URL_PARAM] = choice
-    except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
-        logger.debug("view not written to the URL", exc_info=True)
+    st.session_state[state.GRAPH_VIEW] = st.session_state.get(WIDGET) or "passes"  # the URL follows (state rule 3)
 
 
 def view_choice() -> str:
     """Draw the "Graph view" choice in the sidebar; return "passes", "openvino" or "tvm"."""
-    try:
-        wanted = st.query_params.get(URL_PARAM)
-    except Exception:  # noqa: BLE001
-        wanted = None
-    value = wanted if wanted in VIEWS else "passes"
-    st.session_state[WIDGET] = value
+    value = st.session_state.get(state.GRAPH_VIEW) or "passes"
+    st.session_state[WIDGET] = value if value in VIEWS else "passes"
     st.sidebar.radio("Graph view", list(VIEWS), format_func=VIEWS.get, key=WIDGET, on_change=_set_view,
                      help="What the Graph page draws: our passes' before and after, or the layers a "
                           "compiler executes with the ONNX nodes each one absorbed.")

@@ -12,10 +12,21 @@ Rules:
    command line (``streamlit run app.py -- --sample NAME | --model PATH``), the default sample
    (``resnet_ts``, else the first sample, else onnx's shipped light ResNet-50). A link to a model
    the server no longer has opens the default sample and says so.
-3. After every run the URL mirrors the model (``sample`` or ``model``), the passes and the
-   benchmark's onnxruntime level (``level``), so a view can be shared by copying the address
-   (``sync_query_params``). Only these keys are written; any other query parameter (the Graph
-   page's ``focus`` and ``body``) is left alone.
+3. After every finished run the URL says the whole state, so a view can be shared by copying
+   the address (``sync_query_params``): the model (``sample`` or ``model``), the passes, the
+   benchmark's onnxruntime level (``level``), the Graph page's pair (``compare``), focus node
+   (``focus``), open body (``body``), near miss (``nearmiss``), view (``view``), overlay
+   (``overlay``) and every other option of its toolbar (``g.<option>``: ``g.collapse=off``,
+   ``g.hops=3``, ``g.expanded=block A.3`` once per open block; defaults are left out). The
+   address is written whole, in one message, at the end of *every* finished run, whether or not
+   it looks changed: a run starts from the address the browser sent with its rerun request,
+   which on a busy machine is older than the last address the server wrote (a toggle made while
+   the previous run's address was still on its way), so "write only what differs" left the
+   older address, one toggle behind, as the last one the browser received. A new session (a
+   shared link) reads all of it back (``init``; the Graph page checks focus, body and near miss
+   against the model). Within a session the state is the truth: a value this session wrote
+   before and has moved on from is an echo of an older address, never news (``is_echo``);
+   ``common.switch`` asks for news on purpose.
 4. What the user says about the inputs (symbolic dims, scalar values, an uploaded .npz/.npy)
    is one :class:`fusionviz.inputs.InputSpec` (``input_spec``); the plan made from it
    (``input_plan``: fusionviz's choices for the rest, probed on the original model) drives the
@@ -62,13 +73,26 @@ TOUR = "fv_tour"  # index of the guided-tour step, or None when the tour is off
 LOAD_ERROR = "fv_load_error"  # a startup load error to show once
 MESSAGE = "fv_message"  # one-line info to show once on the next page (e.g. after a preset)
 WIDGETS = "fv_widgets"  # {widget key: value} for widgets whose value must survive page switches
+GRAPH_VIEW = "fv_graph_view"  # "passes" | "openvino" | "tvm": what the Graph page draws
+URL_SENT = "fv_url_sent"  # {query parameter: values this session has written} (rule 3)
 
 # Query parameters this module owns (rule 3).
 QP_SAMPLE = "sample"
 QP_MODEL = "model"
 QP_PASSES = "passes"
 QP_LEVEL = "level"
-OWN_PARAMS = (QP_SAMPLE, QP_MODEL, QP_PASSES, QP_LEVEL)
+QP_COMPARE = "compare"
+QP_FOCUS = "focus"
+QP_BODY = "body"
+QP_NEAR_MISS = "nearmiss"
+QP_VIEW = "view"
+QP_OVERLAY = "overlay"  # the Graph option "overlay" (ui/overlay_view), under its own name
+QP_OPT = "g."  # prefix of the other Graph options: g.collapse, g.hops, g.expanded, ...
+OWN_PARAMS = (QP_SAMPLE, QP_MODEL, QP_PASSES, QP_LEVEL, QP_COMPARE, QP_FOCUS, QP_BODY, QP_NEAR_MISS, QP_VIEW,
+              QP_OVERLAY)
+VIEWS = ("passes", "openvino", "tvm")
+_COMPARE_RE = r"^(current|step:[1-9][0-9]{0,4}|ort:(off|basic|extended|layout|all))$"
+_SENT_KEEP = 64
 LEVEL_WIDGET = "bench_level"
 LEVELS = ("off", "basic", "extended", "layout", "all")
 
@@ -181,6 +205,8 @@ def init(argv: Sequence[str] | None = None) -> None:
     ss[TOUR] = None
     ss[LOAD_ERROR] = None
     ss[MESSAGE] = None
+    ss[GRAPH_VIEW] = "passes"
+    ss[URL_SENT] = {}
     ss.setdefault(WIDGETS, {})
     qp = st.query_params
     try:
@@ -188,6 +214,8 @@ def init(argv: Sequence[str] | None = None) -> None:
         set_model(loaded, origin)
         if QP_PASSES in qp and message is None:
             ss[PASSES] = canonical([n for n in qp.get(QP_PASSES, "").split(",") if n])
+        if message is None:
+            _read_view(qp)
         if message:
             ss[MESSAGE] = message
     except errors.FusionvizError as exc:
@@ -198,6 +226,53 @@ def init(argv: Sequence[str] | None = None) -> None:
     level = qp.get(QP_LEVEL)
     if level in LEVELS:
         ss[WIDGETS][LEVEL_WIDGET] = level
+
+
+def _read_view(qp: Any) -> None:
+    """Rule 3: the Graph page's pair, view and options from a link (a new session)."""
+    import re
+
+    ss = st.session_state
+    compare = qp.get(QP_COMPARE)
+    if compare and re.match(_COMPARE_RE, compare):
+        ss[COMPARE] = compare
+    if qp.get(QP_VIEW) in VIEWS:
+        ss[GRAPH_VIEW] = qp.get(QP_VIEW)
+    for key, param in ((FOCUS, QP_FOCUS), (BODY, QP_BODY), (NEAR_MISS, QP_NEAR_MISS)):
+        ss[key] = qp.get(param) or None  # the Graph page checks them against the model
+    opts = dict(ss.get(GRAPH_OPTS) or _DEFAULT_GRAPH_OPTS)
+    for key in qp:
+        if key.startswith(QP_OPT) and len(key) > len(QP_OPT):
+            name = key[len(QP_OPT):]
+            opts[name] = decode_opt(name, qp.get_all(key))
+    if qp.get(QP_OVERLAY):
+        opts[QP_OVERLAY] = qp.get(QP_OVERLAY)  # the Graph page checks it against the overlays
+    ss[GRAPH_OPTS] = opts
+
+
+def encode_opt(value: Any) -> list[str]:
+    """Rule 3: a Graph option as query values (a list once per item; booleans on/off)."""
+    if isinstance(value, bool):
+        return ["on" if value else "off"]
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def decode_opt(name: str, values: list[str]) -> Any:
+    """Rule 3: the inverse of :func:`encode_opt`, typed by the option's default where known."""
+    default = _DEFAULT_GRAPH_OPTS.get(name)
+    last = values[-1] if values else ""
+    if name == "expanded":
+        return [v for v in values if v]
+    if isinstance(default, bool) or last in ("on", "off"):
+        return last == "on"
+    if isinstance(default, int) or (last.isdigit() and len(last) < 7):
+        try:
+            return int(last)
+        except ValueError:
+            return default
+    return last
 
 
 def scrub(text: str) -> str:
@@ -450,9 +525,10 @@ def model_ref(loaded: LoadedModel) -> str:
 
 
 def wanted_params() -> dict[str, str | None]:
-    """Rule 3: the value each owned query parameter should have (None: absent)."""
+    """Rule 3: the value each owned single-valued query parameter should have (None: absent)."""
     org = origin()
     loaded = model()
+    ss = st.session_state
     want: dict[str, str | None] = dict.fromkeys(OWN_PARAMS)
     if loaded is None:
         return want
@@ -461,24 +537,67 @@ def wanted_params() -> dict[str, str | None]:
     else:
         want[QP_MODEL] = model_ref(loaded)
     want[QP_PASSES] = ",".join(passes())
-    level = (st.session_state.get(WIDGETS) or {}).get(LEVEL_WIDGET)
+    level = (ss.get(WIDGETS) or {}).get(LEVEL_WIDGET)
     if level in LEVELS:
         want[QP_LEVEL] = level
+    compare = ss.get(COMPARE) or "current"
+    want[QP_COMPARE] = None if compare == "current" else str(compare)
+    want[QP_FOCUS] = ss.get(FOCUS) or None
+    want[QP_BODY] = ss.get(BODY) or None
+    want[QP_NEAR_MISS] = ss.get(NEAR_MISS) or None
+    view = ss.get(GRAPH_VIEW) or "passes"
+    want[QP_VIEW] = None if view == "passes" else view
+    overlay = (ss.get(GRAPH_OPTS) or {}).get(QP_OVERLAY)
+    want[QP_OVERLAY] = None if not overlay or overlay == "change" else str(overlay)
     return want
 
 
+def url_params() -> dict[str, list[str]]:
+    """Rule 3: every query parameter the state gives (owned ones and the Graph options)."""
+    out = {k: [v] for k, v in wanted_params().items() if v is not None}
+    if model() is None:
+        return out
+    opts = st.session_state.get(GRAPH_OPTS) or {}
+    for name, value in sorted(opts.items()):
+        if name == QP_OVERLAY:
+            continue  # its own parameter
+        default = _DEFAULT_GRAPH_OPTS.get(name)
+        if value == default or (default is None and not value):
+            continue  # a default (and an unset option: False, [], "", None) is left out
+        values = encode_opt(value)
+        if values:
+            out[QP_OPT + name] = values
+    return out
+
+
 def sync_query_params() -> None:
-    """Rule 3: mirror the model, passes and level in the URL; other parameters stay as they are."""
+    """Rule 3: write the whole state into the URL, in one message, whatever the URL looks like."""
     try:
         qp = st.query_params
-        for key, value in wanted_params().items():
-            if value is None:
-                if key in qp:
-                    del qp[key]
-            elif qp.get(key) != value:
-                qp[key] = value
+        keep = {k: qp.get_all(k) for k in qp if k not in OWN_PARAMS and not k.startswith(QP_OPT)}
+        full = {**keep, **url_params()}
+        qp.from_dict(full)
+        sent = st.session_state.setdefault(URL_SENT, {})
+        for key, values in full.items():
+            seen = [v for v in sent.get(key, []) if v not in values]
+            sent[key] = (seen + list(values))[-_SENT_KEEP:]
     except Exception:  # noqa: BLE001 - the URL is a convenience, never a failure
         logger.debug("query params not updated", exc_info=True)
+
+
+def is_echo(param: str, value: str) -> bool:
+    """Rule 3: whether ``param=value`` is an older address of ours: this session wrote it before
+    and the state has moved on since."""
+    if value not in (st.session_state.get(URL_SENT) or {}).get(param, ()):
+        return False
+    return wanted_params().get(param) != value
+
+
+def forget_sent(param: str, value: str | None) -> None:
+    """Rule 3: ``param=value`` is news again (the app itself asks for it: ``common.switch``)."""
+    sent = st.session_state.get(URL_SENT) or {}
+    if value is not None and value in sent.get(param, ()):
+        sent[param] = [v for v in sent[param] if v != value]
 
 
 def _store(key: str) -> None:
