@@ -86,7 +86,8 @@ URL_PARAM = "focus"
 
 _CSS = """
 <style>
-[data-testid="stMainBlockContainer"] { padding-top: 3.6rem; padding-bottom: 1rem; }
+[data-testid="stMainBlockContainer"] { padding-top: 3.6rem; padding-bottom: 1rem; padding-left: 2rem;
+                                        padding-right: 2rem; }
 [data-testid="stMainBlockContainer"] [data-testid="stVerticalBlock"] { gap: 0.45rem; }
 .fv-head { font-size: 0.92rem; line-height: 1.4; margin: 0 0 1rem 0; display: flex; flex-wrap: wrap;
            align-items: baseline; column-gap: 0.35rem; }
@@ -370,7 +371,7 @@ def _toolbar(result: Any, collapse_on: bool) -> tuple[DeltaGenerator, DeltaGener
     if current not in choices:
         current = "current"
     opts = st.session_state.get(state.GRAPH_OPTS) or {}
-    c = st.columns([2.45, 2.35, 1.15, 1.45, 1.75, 0.95, 1.05], vertical_alignment="center")
+    c = st.columns([2.1, 1.9, 1.3, 1.65, 1.6, 1.1, 1.2], vertical_alignment="center")
     state.seed("graph_compare", current)
     c[0].selectbox("Compare", list(choices), format_func=choices.get, key="graph_compare",
                    on_change=_set_compare, label_visibility="collapsed")
@@ -736,7 +737,7 @@ def body() -> None:
         left, side_box = st.columns([3, 1.1], gap="small")
         panes = [left.container(), left.container()]
     elif panel_on:
-        *panes, side_box = st.columns([1, 1, 0.66], gap="small")
+        *panes, side_box = st.columns([1, 1, 0.72], gap="small")
     else:
         panes = [st.container(), st.container()] if stacked else list(st.columns(2, gap="small"))
     pending: list[str] = []

@@ -167,7 +167,7 @@ def legend(by_side: dict, why: str | None) -> None:
     any_ov = next(iter(by_side.values()))
     sw = "".join(f"<span class='fv-sw' style='background:{fill};border-color:{border}'></span>{html.escape(title)}"
                  for title, fill, border in any_ov.legend())
-    notes = " · ".join(f"{s}: {html.escape(ov.note)}" for s, ov in by_side.items() if ov.note)
-    st.markdown(f"<div class='fv-ovl' style='font-size:0.85rem;line-height:1.7;margin:0 0 0.3rem 0'>"
-                f"<b>{html.escape(kinds()[kind])}</b>, both panes: {sw}"
-                f"<br><span style='color:#4b5563'>{notes}</span></div>", unsafe_allow_html=True)
+    notes = " · ".join(f"{s}: {ov.note}" for s, ov in by_side.items() if ov.note)
+    st.markdown(f"<div class='fv-ovl' style='font-size:0.85rem;line-height:1.5;margin:0'>"
+                f"<b>{html.escape(kinds()[kind])}</b> (both panes): {sw}</div>", unsafe_allow_html=True,
+                help=notes or None)

@@ -166,10 +166,11 @@ def draw(height: int, models: dict[str, onnx.ModelProto], pair_key: tuple, diff:
             o = ovs(s)
             return _panel((*pair_key, s, tuple(ov.kind for ov in o)), k, s, models[s], diff, near_misses, o)
 
-        head = st.columns([3, 1.25], vertical_alignment="center")
-        head[0].markdown(f"**{side.capitalize()}** · {cp.relation}")
-        head[1].button("Focus", key="graph_panel_focus", on_click=on_focus, args=(name, side), width="stretch",
+        head = st.columns([1.5, 1.3], vertical_alignment="center")
+        head[0].markdown(f"**{side.capitalize()}** · selected")
+        head[1].button("Focus here", key="graph_panel_focus", on_click=on_focus, args=(name, side), width="stretch",
                        help="Draw only this node and its neighbours")
+        st.caption(cp.relation)
         try:
             st.markdown(card_html(panel(side, name)), unsafe_allow_html=True)
         except errors.FusionvizError as exc:

@@ -1,4 +1,4 @@
-"""Colour by error on the Graph page, in Chromium: the View popover's toggle colours the after pane
+"""Colour by error on the Graph page, in Chromium: the overlay selector's "Error per tensor" colours the after pane
 by per-tensor error, the banner names the first divergence, and its button focuses that node.
 
 The model is a small CNN quantized by ``int8_dynamic`` (its first Conv's output is already beyond
@@ -44,13 +44,12 @@ def test_colour_by_error_marks_the_first_divergence(browser, tmp_path):
             page.goto(base + "/graph?passes=int8_dynamic")
             page.get_by_role("heading", name="Graph: before and after", exact=True).first.wait_for()
             wait_idle(page, 180)
-            page.locator('[data-testid="stPopover"] button', has_text="View").first.click()
-            page.locator(".st-key-graph_error label").first.click()
+            page.locator(".st-key-graph_overlay").first.click()
+            page.get_by_role("option", name="Error per tensor").first.click()
             banner = page.locator('[data-testid="stAlert"]', has_text="First tensor beyond tolerance").first
             banner.wait_for(timeout=180_000)
             wait_idle(page, 180)
             assert f"{first.pair.name}" in banner.inner_text() and "conv1" in banner.inner_text()
-            page.keyboard.press("Escape")
             after = pane(page, "after")
             fill = after.evaluate(FILL_JS, element_id(NODE_ID_PREFIX, first.pair.node_b))
             assert fill is not None, "the first divergence's node is not drawn in the after pane"

@@ -67,8 +67,9 @@ def test_time_overlay_from_the_selector_in_the_url_and_in_the_panel(app, tmp_pat
     app.selectbox(key=overlay_view.SELECT).set_value("time").run()
     assert not app.exception and errors_of(app) == []
     assert app.query_params["overlay"] == "time"
-    legend = [m.value for m in app.markdown if "fv-ovl" in m.value]
-    assert legend and "Time per node" in legend[0] and "time ≤ 0.01 ms" in legend[0] and "kernels" in legend[0]
+    legend = [m for m in app.markdown if "fv-ovl" in m.value]
+    assert legend and "Time per node" in legend[0].value and "time ≤ 0.01 ms" in legend[0].value
+    assert "kernels" in legend[0].proto.help  # where the numbers come from, on hover
     fused = _fused(app)
     app.session_state[state.SELECTED] = fused
     app.session_state[graph_page.SEL_SIDE] = (fused, "after")
@@ -88,5 +89,5 @@ def test_the_overlay_comes_from_a_link(tmp_path):
     at.switch_page("fusionviz/ui/graph_page.py").run()
     assert not at.exception and errors_of(at) == []
     assert at.selectbox(key=overlay_view.SELECT).value == "memory"
-    legend = [m.value for m in at.markdown if "fv-ovl" in m.value]
-    assert legend and "writes ≤ 4 KB" in legend[0] and "written by" in legend[0]
+    legend = [m for m in at.markdown if "fv-ovl" in m.value]
+    assert legend and "writes ≤ 4 KB" in legend[0].value and "written by" in legend[0].proto.help
