@@ -261,22 +261,31 @@ def _hinted_changes(removed: list[NodeRecord], new: list[NodeRecord], hint, pass
             groups[id(a.node)] = ([r], [])
         groups[owner[id(r.node)]][1].append(a)
     pending = [r for r in removed if id(r.node) not in owner]
-    for _ in range(len(pending) + 1):  # absorb chains (Add -> Relu) iteratively
-        still = []
-        for r in pending:
-            target = next((owner[id(by_out[i].node)] for i in r.inputs
-                           if i in by_out and id(by_out[i].node) in owner), None)
-            if target is None:  # absorbed into what consumes it (Conv folded into a Conv+Relu)
-                target = next((owner[id(c.node)] for o in r.outputs for c in by_in.get(o, ())
-                               if id(c.node) in owner), None)
-            if target is None:
-                still.append(r)
-            else:
-                owner[id(r.node)] = target
-                groups[target][0].append(r)
-        if len(still) == len(pending):
-            break
-        pending = still
+
+    def by_producer(r: NodeRecord, inputs: Sequence[str]) -> int | None:
+        return next((owner[id(by_out[i].node)] for i in inputs if i in by_out and id(by_out[i].node) in owner), None)
+
+    def by_consumer(r: NodeRecord) -> int | None:  # absorbed into what consumes it (Conv folded into a Conv+Relu)
+        return next((owner[id(c.node)] for o in r.outputs for c in by_in.get(o, ()) if id(c.node) in owner), None)
+
+    # Two phases, each absorbing chains (Add -> Relu) until nothing moves: first through the data
+    # input (the first) and the consumers only, then through any input. A shape computation
+    # shared by several blocks (a Reshape target) then cannot pull a later block's nodes into the
+    # first block's change before they are reached through their own data path.
+    phases = (lambda r: by_producer(r, r.inputs[:1]) or by_consumer(r), lambda r: by_producer(r, r.inputs))
+    for find in phases:
+        for _ in range(len(pending) + 1):
+            still = []
+            for r in pending:
+                target = find(r)
+                if target is None:
+                    still.append(r)
+                else:
+                    owner[id(r.node)] = target
+                    groups[target][0].append(r)
+            if len(still) == len(pending):
+                break
+            pending = still
     changes: list[Change] = []
     for rs, ns in groups.values():
         sources = list(dict.fromkeys(s for r in rs for s in r.sources))

@@ -305,3 +305,20 @@ def test_rmsnorm_pass_skips_below_opset_23(opset):
     result = run_pipeline(model, ["fuse_rmsnorm"])
     assert "RMSNormalization" not in [n.op_type for n in result.final.graph.node]
     assert result.reports[0].status == "skipped" and "opset" in result.reports[0].note
+
+
+def test_attention_changes_credit_each_block_its_own_nodes():
+    """bert_dynamo's blocks share their head-reshape targets (one Shape/Concat computation): each
+    Attention's change still holds its own block (its Softmax, its Q·Kᵀ and context MatMuls),
+    so its provenance says which nodes it replaced."""
+    from fusionviz.passes.base import ChangeKind
+    from fusionviz.samples import sample_path
+
+    model = onnx.load(str(sample_path("bert_dynamo")))
+    result = run_pipeline(model, default_passes())
+    (rep,) = [r for r in result.reports if r.name == "attention_fusion"]
+    fused = [c for c in rep.changes if c.kind == ChangeKind.FUSED]
+    assert [c.out_ops for c in fused] == [("Attention",)] * 3
+    for c in fused:
+        assert c.in_ops.count("Softmax") == 1
+        assert c.in_ops.count("MatMul") >= 2 + 3  # Q·Kᵀ, probs·V and the three projections
