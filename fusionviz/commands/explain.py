@@ -29,7 +29,7 @@ def explanation(result) -> list[dict]:
         out.append({
             "name": r.name,
             "status": r.status,
-            "reason": r.error or r.declined or r.note or "",
+            "reason": r.error or r.declined or r.skip_reason or "",
             "applied": [c.as_dict() for c in r.changes],
             "near_misses": [m.as_dict() for m in r.near_misses],
             "near_miss_total": r.near_miss_total,

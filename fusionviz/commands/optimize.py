@@ -167,11 +167,11 @@ def _say_reports(result) -> None:
         if r.near_miss_total:
             line += f"  near misses {r.near_miss_total} (explain: python -m fusionviz explain MODEL --passes {r.name})"
         if r.error:
-            line += f"  (failed: {r.error})"
+            line += f"  (failed: {r.failure})"
         elif r.declined:
             line += f"  (declined: {r.declined})"
-        elif r.note:
-            line += f"  ({r.note})"
+        elif r.skip_reason:
+            line += f"  (skipped: {r.skip_reason})"
         common.progress(line)
     for note in result.notes:
         common.progress(f"note: {note}")

@@ -47,10 +47,12 @@ class PassReport:
     nodes_after: int
     seconds: float
     error: str | None = None
-    note: str = ""  # e.g. why the pass was skipped without running
+    #: Why the pass did not run (its trigger ops are absent, or its precondition is unmet): the
+    #: status is then "skipped". Written as ``note`` in :meth:`as_dict` (the report's key).
+    skip_reason: str = ""
     declined: str | None = None  # why it was rolled back: the validity rule its result broke, or
     # (optimize's bisection, fusionviz.bisect) the outputs it changed
-    after: tuple[str, ...] = ()  # the passes that ran before it (names a failure's context)
+    after: tuple[str, ...] = ()  # the passes that ran before it (a failure's context; see failure)
     near_misses: tuple[NearMiss, ...] = ()  # where it almost changed something, and why not
     near_miss_total: int = 0  # how many sites there were (near_misses keeps the deepest)
 
@@ -61,9 +63,21 @@ class PassReport:
             return "failed"
         if self.declined:
             return "declined"
-        if self.note:
+        if self.skip_reason:
             return "skipped"
         return "applied" if self.changes else "unchanged"
+
+    @property
+    def note(self) -> str:
+        """:attr:`skip_reason` under the report's key name (``note`` in :meth:`as_dict`)."""
+        return self.skip_reason
+
+    @property
+    def failure(self) -> str | None:
+        """The error with its context, for display: ``boom (after: a, b)``; None when it did not fail."""
+        if not self.error:
+            return None
+        return f"{self.error} (after: {', '.join(self.after) or 'no other pass'})"
 
     def as_dict(self) -> dict:
         return {
@@ -77,7 +91,7 @@ class PassReport:
             "error": self.error,
             "declined": self.declined,
             "after": list(self.after),
-            "note": self.note,
+            "note": self.skip_reason,
             "near_misses": [m.as_dict() for m in self.near_misses],
             "near_miss_total": self.near_miss_total,
         }
@@ -314,7 +328,8 @@ def run_pipeline(
             ops = {n.op_type for n in all_nodes(work)}
         n0 = snapshots[-1].node_count
         if not p.applicable(ops):
-            reports.append(PassReport(p.name, p.title, (), n0, n0, time.perf_counter() - t, note=p.skip_reason()))
+            reports.append(PassReport(p.name, p.title, (), n0, n0, time.perf_counter() - t,
+                                      skip_reason=p.skip_reason()))
             snapshots.append(Snapshot(p.name, snapshots[-1].model, n0))
             continue
         error = declined = None
@@ -331,7 +346,8 @@ def run_pipeline(
             if recorder is not None:
                 near, near_total = recorder.result({n.name for n in all_nodes(work)})
         except PreconditionError as exc:  # nothing was changed: skipped, with the reason
-            reports.append(PassReport(p.name, p.title, (), n0, n0, time.perf_counter() - t, note=str(exc)))
+            reports.append(PassReport(p.name, p.title, (), n0, n0, time.perf_counter() - t,
+                                      skip_reason=str(exc)))
             snapshots.append(Snapshot(p.name, snapshots[-1].model, n0))
             continue
         except PostconditionError as exc:  # rolled back like a result that breaks the validity rule
@@ -346,7 +362,6 @@ def run_pipeline(
             return run_pipeline(model, pass_names, shapes=shapes, freeze=freeze, progress=progress,
                                 validate=validate, near_misses=near_misses, _careful=_careful)
         if error is not None:
-            error = f"{error} (after: {', '.join(r.name for r in reports) or 'no other pass'})"
             work = _restored(p, work, snapshots[-1].model)
             changes = []
         elif declined is not None:  # its own postcondition: rolled back like a broken validity rule

@@ -212,13 +212,8 @@ def _extend(sha: str, passes: tuple[str, ...], shapes: tuple, proto: onnx.ModelP
 
 def _in_context(report, before: tuple[str, ...]):
     """A report of a pass run on a prefix's result, as if run after ``before``: its ``after``
-    names them too, and so does a failure's message."""
-    after = tuple(before) + tuple(report.after or ())
-    error = report.error
-    tail = f"(after: {', '.join(report.after or ()) or 'no other pass'})"
-    if error and error.endswith(tail):
-        error = error[: -len(tail)] + f"(after: {', '.join(after) or 'no other pass'})"
-    return dataclasses.replace(report, after=after, error=error)
+    names them too (and so does :attr:`~fusionviz.passes.pipeline.PassReport.failure`)."""
+    return dataclasses.replace(report, after=tuple(before) + tuple(report.after or ()))
 
 
 def run(loaded: LoadedModel, passes: Sequence[str], shapes_key: tuple):

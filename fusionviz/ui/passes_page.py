@@ -242,8 +242,8 @@ def _status_summary(result: Any) -> None:
                    "The other passes went on.", icon=":material/undo:")
     for r in failed:
         before = ", ".join(r.after) or "no other pass"
-        reason = state.scrub(r.error or "").split(" (after:")[0]
-        st.warning(f"**{r.title}** (`{r.name}`) failed and was skipped (it ran after: {before}): {reason}",
+        reason = state.scrub(r.error or "")
+        st.warning(f"**{r.title}** (`{r.name}`) failed; its result was discarded and the other passes went on (it ran after: {before}): {reason}",
                    icon=":material/warning:")
 
 
@@ -274,12 +274,12 @@ def _changes(result: Any) -> None:
                 + f" · nodes {rep.nodes_before} → {rep.nodes_after} · {rep.seconds * 1000:.0f} ms")
         with st.expander(head, expanded=False):
             if rep.status == "failed":
-                st.warning(f"This pass failed and was skipped (it ran after: {', '.join(rep.after) or 'no other pass'}): "
-                           f"{state.scrub(rep.error or '').split(' (after:')[0]}")
+                st.warning(f"This pass failed and its result was discarded (it ran after: {', '.join(rep.after) or 'no other pass'}): "
+                           f"{state.scrub(rep.error or '')}")
             elif rep.status == "declined":
                 st.warning(f"Declined: {state.scrub(rep.declined or '')}. The pass's result was rolled back.")
-            elif not n and rep.note:
-                st.caption(f"Found nothing to change in this model ({rep.note}).")
+            elif not n and rep.skip_reason:
+                st.caption(f"Found nothing to change in this model ({rep.skip_reason}).")
             elif not n and not near:
                 st.caption("Found nothing to change in this model: no site got past the first op of any of "
                            "this pass's patterns.")

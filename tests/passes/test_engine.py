@@ -155,8 +155,8 @@ def test_pass_without_its_trigger_ops_is_skipped_with_a_reason(monkeypatch):
     result = run_pipeline(onnx.parser.parse_model(CHAIN), ["fold_batchnorm", "identity_elimination"])
     ident, fold = result.reports  # canonical order: identity_elimination runs first
     assert not calls and not fold.changes and fold.error is None
-    assert "BatchNormalization" in fold.note
-    assert ident.note == "" and ident.nodes_after == 2
+    assert "BatchNormalization" in fold.skip_reason
+    assert ident.skip_reason == "" and ident.nodes_after == 2
 
 
 def test_without_snapshots_the_result_is_the_same_and_errors_still_restore(monkeypatch):

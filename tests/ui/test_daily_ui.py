@@ -251,9 +251,11 @@ def test_a_failed_pass_names_the_passes_before_it_in_the_prefix_cache():
     from fusionviz.passes.pipeline import PassReport
     from fusionviz.ui import cache
 
-    rep = PassReport("p", "P", (), 3, 3, 0.1, error="boom (after: no other pass)")
+    rep = PassReport("p", "P", (), 3, 3, 0.1, error="boom")
+    assert rep.failure == "boom (after: no other pass)"
     got = cache._in_context(rep, ("a", "b"))
-    assert got.after == ("a", "b") and got.error == "boom (after: a, b)" and got.status == "failed"
+    assert got.after == ("a", "b") and got.error == "boom" and got.status == "failed"
+    assert got.failure == "boom (after: a, b)"
 
 
 # ------------------------------------------------------------------ structure
