@@ -411,6 +411,17 @@ def save_model_files(model: onnx.ModelProto, path: str | os.PathLike, *,
     return p, data_file_of(p) if external else None
 
 
+def write_for_child(model: onnx.ModelProto | bytes, path: str | os.PathLike) -> Path:
+    """Write a model for another process to open by ``path``: bytes as they are, a model as
+    :func:`save_model` writes it (weights on disk, or over protobuf's limit: with its data file
+    beside, never as one serialized message)."""
+    p = Path(path)
+    if isinstance(model, bytes):
+        p.write_bytes(model)
+        return p
+    return save_model(model, p)
+
+
 def data_file_of(path: str | os.PathLike) -> Path:
     """The data file :func:`save_model` writes beside ``path`` (it exists only when it did)."""
     p = Path(path)

@@ -118,12 +118,17 @@ def parse_profile(events: list, keys: set[str] | None = None, *, skip_first: boo
     return out, written
 
 
-def profile_here(model_bytes: bytes, feeds: Mapping[str, np.ndarray], runs: int, threads: int
-                 ) -> tuple[dict[str, float], dict[str, int]]:
-    """Rules 1-3 in this process: run the (already keyed) model ``runs + 1`` times, profiled."""
+def profile_here(model_bytes: bytes, feeds: Mapping[str, np.ndarray], runs: int, threads: int,
+                 folder: str | None = None) -> tuple[dict[str, float], dict[str, int]]:
+    """Rules 1-3 in this process: run the (already keyed) model ``runs + 1`` times, profiled.
+    Weights that stay on disk (``fusionviz.model_io`` rule 9) are read from ``folder``."""
     import onnxruntime as ort
 
+    from fusionviz.model_io import ort_session_config
+
     so = ort.SessionOptions()
+    for key, value in ort_session_config(folder=folder).items():
+        so.add_session_config_entry(key, value)
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -155,9 +160,13 @@ def node_times(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], *, runs:
     """
     if runs < 1:
         raise errors.InputSpecError("Profile at least one run.")
+    from fusionviz.model_io import weights_dir
+
     keyed = keyed_copy(model)
-    data = keyed.SerializeToString()
-    times, written = _child(data, dict(feeds), runs, threads) if isolated else profile_here(data, feeds, runs, threads)
+    data = keyed.SerializeToString()  # with weights on disk: the graph only, the weights read from their folder
+    folder = weights_dir(model)
+    times, written = (_child(data, dict(feeds), runs, threads, folder) if isolated
+                      else profile_here(data, feeds, runs, threads, folder))
     from fusionviz.graphview.model_graph import node_keys
 
     keys = set(node_keys(model.graph.node))
@@ -165,11 +174,12 @@ def node_times(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], *, runs:
                      {k: v for k, v in written.items() if k in keys})
 
 
-def _child(data: bytes, feeds: dict, runs: int, threads: int) -> tuple[dict[str, float], dict[str, int]]:
+def _child(data: bytes, feeds: dict, runs: int, threads: int,
+           folder: str | None = None) -> tuple[dict[str, float], dict[str, int]]:
     """Rule 4: :func:`profile_here` in ``python -m fusionviz.profile`` under the caps."""
-    from fusionviz.verify import VERIFY_MEM_MB, VERIFY_TIMEOUT_S
+    from fusionviz.verify import VERIFY_MEM_MB, VERIFY_TIMEOUT_S, mem_cap_note, out_of_memory
 
-    payload = pickle.dumps(((data, feeds, runs, threads), VERIFY_MEM_MB))
+    payload = pickle.dumps(((data, feeds, runs, threads, folder), VERIFY_MEM_MB))
     try:
         proc = subprocess.run([sys.executable, "-m", "fusionviz.profile"], input=payload, capture_output=True,
                               timeout=VERIFY_TIMEOUT_S, check=False)
@@ -181,8 +191,8 @@ def _child(data: bytes, feeds: dict, runs: int, threads: int) -> tuple[dict[str,
         reason = tail[-1] if tail else f"exit status {proc.returncode}"
         if -proc.returncode in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
             reason = f"onnxruntime crashed ({signal.Signals(-proc.returncode).name})"
-        elif proc.returncode < 0 or "MemoryError" in reason or "bad_alloc" in reason:
-            reason = f"it ran out of memory (cap {VERIFY_MEM_MB} MB, FUSIONVIZ_VERIFY_MEM_MB)"
+        elif proc.returncode < 0 or out_of_memory(reason):
+            reason = f"it ran out of memory under {mem_cap_note()}"
         raise errors.RuntimeLoadError(f"onnxruntime could not time the model's nodes: {reason}")
     status, result = pickle.loads(proc.stdout)  # our own child's output
     if status == "error":
@@ -191,19 +201,19 @@ def _child(data: bytes, feeds: dict, runs: int, threads: int) -> tuple[dict[str,
 
 
 def _main() -> int:
-    """The child of rule 4: a pickled ``((model, feeds, runs, threads), mem_mb)`` on stdin."""
+    """The child of rule 4: a pickled ``((model, feeds, runs, threads, weights folder), mem_mb)`` on stdin."""
     import resource
 
-    (data, feeds, runs, threads), mem_mb = pickle.load(sys.stdin.buffer)  # written by our parent
+    (data, feeds, runs, threads, folder), mem_mb = pickle.load(sys.stdin.buffer)  # written by our parent
     if mem_mb:
         limit = int(mem_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
-        result = ("ok", profile_here(data, feeds, runs, threads))
+        result = ("ok", profile_here(data, feeds, runs, threads, folder))
     except errors.FusionvizError as exc:
         result = ("error", str(exc))
     except MemoryError:
-        result = ("error", f"timing ran out of memory (cap {mem_mb} MB)")
+        result = ("error", f"timing ran out of memory (cap {mem_mb} MB, FUSIONVIZ_VERIFY_MEM_MB)")
     sys.stdout.buffer.write(pickle.dumps(result))
     sys.stdout.flush()
     return 0

@@ -121,6 +121,19 @@ def test_per_tensor_comparison_reads_the_weights_from_disk(tmp_path):
     assert rows and all(r.diff is not None and r.diff.ok for r in rows), [(r.status, r.note) for r in got.rows][:5]
 
 
+def test_bench_workers_and_node_timing_get_the_weights_from_disk(tmp_path):
+    from fusionviz.bench import Variant, run_benchmark
+    from fusionviz.profile import node_times
+
+    loaded = model_io.load_path(_small(tmp_path), limits=ON_DISK)
+    res = run_benchmark([Variant("A", loaded.proto)], feeds={"ids": IDS}, min_time_s=0.05, warmup=1,
+                        verify_against=loaded.proto)
+    assert res[0].error is None, res[0].error
+    assert res[0].verify["ok"] is True
+    times = node_times(loaded.proto, {"ids": IDS}, runs=2, isolated=True)
+    assert any("matmul" in k for k in times.times_ms), times
+
+
 def test_save_writes_the_weights_beside_and_the_result_reopens(tmp_path):
     src = _small(tmp_path / "src")
     loaded = model_io.load_path(src, limits=ON_DISK)

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from fusionviz import errors
+from fusionviz import errors, model_io
 from fusionviz.bench import memory, schedule, verification
 from fusionviz.bench.manager import WorkerFailed, machine_lock
 from fusionviz.bench.records import BenchCancelled, BenchResult, ProgressFn, Settings, Variant
@@ -162,7 +162,7 @@ def _run_locked(variants, protos, feeds, tmpdir: Path, jobs: list[Job], *, shape
             unavailable[b] = None if why is None else f"{TITLES.get(b, b)} is not available here: {why}"
     for i, (v, proto) in enumerate(zip(variants, protos, strict=False)):
         path = tmpdir / f"model{i}.onnx"
-        path.write_bytes(v.model_bytes())
+        model_io.write_for_child(v.model, path)  # weights on disk: with its data file beside
         jobs.append(Job(v, i, path, plan=memory.static_plan(proto, shapes), error=unavailable.get(v.settings.backend),
                         output_names=[o.name for o in proto.graph.output]))
 

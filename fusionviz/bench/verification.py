@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from fusionviz import errors
+from fusionviz import errors, model_io
 from fusionviz.bench.manager import WorkerFailed, WorkerHandle
 from fusionviz.bench.records import Settings
 from fusionviz.bench.schedule import Job, Pool
@@ -40,7 +40,7 @@ def load_outputs(path: Path, names: list[str]) -> dict[str, np.ndarray]:
 def reference(pool: Pool, model: onnx.ModelProto) -> Reference:
     """Run ``model`` in its own worker: its outputs (onnxruntime off) and its noise floor."""
     ref_path = pool.tmpdir / "reference.onnx"
-    ref_path.write_bytes(model.SerializeToString())
+    model_io.write_for_child(model, ref_path)  # weights on disk: with its data file beside
     w = pool.worker("reference")
     try:
         w.request(pool.init_msg(ref_path, Settings()))
