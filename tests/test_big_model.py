@@ -134,6 +134,43 @@ def test_bench_workers_and_node_timing_get_the_weights_from_disk(tmp_path):
     assert any("matmul" in k for k in times.times_ms), times
 
 
+def _conv_on_disk(folder: Path) -> model_io.LoadedModel:
+    """A Conv + Relu whose 2.4 MB weight stays on disk."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal((256, 256, 3, 3), dtype=np.float32) * np.float32(0.02)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+                           helper.make_node("Relu", ["c"], ["y"])], "conv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256, 8, 8])],
+                          [numpy_helper.from_array(w, "W")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(m, str(folder / "conv.onnx"), save_as_external_data=True, location="conv.data")
+    return model_io.load_path(folder / "conv.onnx", limits=ON_DISK)
+
+
+def test_passes_that_build_onnxruntime_sessions_read_the_weights_from_disk(tmp_path):
+    from fusionviz.passes.precision.ranges import peak_magnitudes
+
+    loaded = _conv_on_disk(tmp_path)
+    assert loaded.weights_dir
+    result = run_pipeline(loaded.proto, ["nchwc_layout"], keep_snapshots=False)
+    (report,) = result.reports
+    assert report.error is None and report.declined is None, report
+    assert verify.verify(result.original, result.final, isolated=True).ok
+    assert peak_magnitudes(loaded.proto)["y"][0] > 0  # its calibration session runs
+
+
+def test_reference_optimizers_get_a_model_file_with_its_weights(tmp_path):
+    from fusionviz.passes.reference import reference_models
+
+    loaded = _conv_on_disk(tmp_path)
+    got = reference_models(loaded.proto, tools=["onnxscript"], levels=["basic"])
+    assert all(isinstance(m, onnx.ModelProto) for m in got.values()), got
+
+
 def test_save_writes_the_weights_beside_and_the_result_reopens(tmp_path):
     src = _small(tmp_path / "src")
     loaded = model_io.load_path(src, limits=ON_DISK)

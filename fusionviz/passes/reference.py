@@ -31,7 +31,7 @@ from pathlib import Path
 
 import onnx
 
-from fusionviz import errors
+from fusionviz import errors, model_io
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def reference_models(
     tmp = Path(tempfile.mkdtemp(prefix="fusionviz-ref-"))
     try:
         src = tmp / "in.onnx"
-        src.write_bytes(model.SerializeToString())
+        model_io.write_for_child(model, src)  # weights on disk: with its data file beside
         jobs = [(t, t, None) for t in tools] + [(f"ort:{lv}", "ort", lv) for lv in levels]
         for label, tool, level in jobs:
             dst = tmp / f"{label.replace(':', '_')}.onnx"

@@ -168,13 +168,15 @@ def drop_stray_inputs(captured: onnx.ModelProto, original: onnx.ModelProto) -> s
 
 
 def capture_ort_bytes(proto: onnx.ModelProto | bytes, level: str = "all",
-                      disabled_optimizers: list[str] | None = None) -> bytes:
+                      disabled_optimizers: list[str] | None = None, weights_dir: str | None = None) -> bytes:
     """The graph onnxruntime builds at ``level`` on this CPU, as the bytes it saved.
 
     Args:
         proto: the model.
         level: onnxruntime's optimization level.
         disabled_optimizers: onnxruntime optimizers (by name) not to run.
+        weights_dir: the folder weights on disk are read from, for bytes (a model names its
+            own: ``fusionviz.model_io`` rule 9); onnxruntime saves them inline.
 
     Raises:
         fusionviz.errors.RuntimeLoadError: onnxruntime cannot load the model.
@@ -182,8 +184,10 @@ def capture_ort_bytes(proto: onnx.ModelProto | bytes, level: str = "all",
     import onnxruntime as ort
 
     from fusionviz import errors
+    from fusionviz.model_io import ort_session_config
     from fusionviz.ortlevels import graph_optimization_level
 
+    config = ort_session_config(None if isinstance(proto, bytes) else proto, folder=weights_dir)
     data = proto if isinstance(proto, bytes) else proto.SerializeToString()
     with tempfile.TemporaryDirectory(prefix="fusionviz-layout-") as tmp:
         path = os.path.join(tmp, "ort_optimized.onnx")
@@ -195,6 +199,8 @@ def capture_ort_bytes(proto: onnx.ModelProto | bytes, level: str = "all",
         # The session is only built to save its graph: packing weights for the kernels
         # (prepacking) changes nothing in the saved graph and costs a third of the time.
         so.add_session_config_entry("session.disable_prepacking", "1")
+        for key, value in config.items():
+            so.add_session_config_entry(key, value)
         extra = {"disabled_optimizers": list(disabled_optimizers)} if disabled_optimizers else {}
         try:
             ort.InferenceSession(data, so, providers=["CPUExecutionProvider"], **extra)
@@ -277,13 +283,15 @@ widened and Casts added. A capture that would change any tensor's type is declin
             nearmiss.note((), None, why, kind="pass", rule="nchwc", depth=1000)
             return None
         from fusionviz import errors
+        from fusionviz.model_io import weights_dir
         from fusionviz.verify import make_session
 
         proto = ir.serde.serialize_model(model)
         data = proto.SerializeToString()  # once: capture and verification both load these bytes
         opset = onnx_opset(model)
         try:
-            captured_bytes = capture_ort_bytes(data, disabled_optimizers=disabled_fusions(opset))
+            captured_bytes = capture_ort_bytes(data, disabled_optimizers=disabled_fusions(opset),
+                                               weights_dir=weights_dir(proto))
         except Exception as exc:  # noqa: BLE001 - a pass that does not apply never raises
             _unused(f"onnxruntime's layout capture failed: {exc}")
             return None

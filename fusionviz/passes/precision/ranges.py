@@ -61,10 +61,14 @@ def _exposed(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
 def _session(model: onnx.ModelProto):
     import onnxruntime as ort
 
+    from fusionviz.model_io import ort_session_config
+
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.intra_op_num_threads = 1
     so.log_severity_level = 4
+    for key, value in ort_session_config(model).items():  # weights on disk: read from their folder
+        so.add_session_config_entry(key, value)
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
