@@ -158,3 +158,18 @@ def test_no_module_changes_the_working_directory():
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr == "chdir":
                 raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} changes the working directory")
+
+
+def test_passes_declare_what_they_mirror_in_onnxruntime():
+    """The Passes page's "What ORT basic does" preset is read from the pass classes, not guessed
+    from pass names in the UI."""
+    from fusionviz.ortlevels import LEVELS
+    from fusionviz.passes import all_passes, registry
+
+    declared = {p.name: p.mirrors_ort for p in all_passes() if p.mirrors_ort is not None}
+    assert set(declared.values()) <= set(LEVELS)
+    basic = registry.mirroring("basic")
+    assert "fold_batchnorm" in basic and "constant_folding" in basic
+    assert "attention_fusion" not in basic and "nchwc_layout" not in basic  # extended / layout in onnxruntime
+    page = (PKG / "ui" / "passes_page.py").read_text()
+    assert "_BASIC_KEYS" not in page and "registry.mirroring(\"basic\")" in page

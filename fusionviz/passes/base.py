@@ -145,6 +145,10 @@ class Pass:
     exact: ClassVar[bool] = True
     #: True for passes that rebuild the whole model and implement :meth:`origin_tensor`.
     uses_origin_hints: ClassVar[bool] = False
+    #: The onnxruntime level (``fusionviz.ortlevels.LEVELS``) whose own optimizers make this
+    #: rewrite, when the pass mirrors one; the Passes page's "What ORT basic does" preset is
+    #: the passes that declare "basic".
+    mirrors_ort: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **declared) -> None:
         """``class P(Pass, name=..., category=..., order=..., trigger_ops=...)``: the declaration

@@ -93,3 +93,9 @@ def resolve(names: Iterable[str]) -> list[Pass]:
 def default_passes() -> list[str]:
     """Everything that keeps outputs equal (no precision passes): what ``--all`` runs."""
     return [p.name for p in all_passes() if p.exact]
+
+
+def mirroring(level: str) -> list[str]:
+    """The passes that declare they make a rewrite onnxruntime's ``level`` makes
+    (:attr:`fusionviz.passes.base.Pass.mirrors_ort`), in canonical order."""
+    return [p.name for p in all_passes() if p.mirrors_ort == level]

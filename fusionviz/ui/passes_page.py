@@ -27,18 +27,6 @@ CATEGORY_TITLES = {
     "precision": "Precision (changes the numbers)",
 }
 
-# "What ORT basic does": onnxruntime's ORT_ENABLE_BASIC level runs constant folding, the
-# eliminations, Conv+BN/Add/Mul fusion, Pad fusion, MatMul+Add, Reshape fusion, CSE and the
-# level-1 GELU/LayerNorm fusions; Conv+activation, attention, SkipLayerNorm, BiasGelu and
-# FusedMatMul are in EXTENDED, NCHWc in LAYOUT.
-_BASIC_KEYS = ("identity", "dropout", "constant", "fold", "cast", "unsqueeze", "expand", "slice",
-               "batchnorm", "bn", "conv_add", "conv_bias", "conv_mul", "pad", "matmul_add", "gemm",
-               "reshape", "cse", "common_subexpression", "dead", "unused", "noop", "no_op",
-               "layernorm_fusion", "gelu_fusion", "transpose", "duplicate")
-_EXTENDED_KEYS = ("activation", "relu", "attention", "skip", "bias_gelu", "fast_gelu", "fused_matmul",
-                  "nchwc", "layout")
-
-
 def _all():
     from fusionviz.passes import all_passes
 
@@ -46,24 +34,11 @@ def _all():
 
 
 def ort_basic_passes() -> list[str]:
-    """Passes that do what onnxruntime's BASIC level does (by the pass's ``ort_level`` when it
-    declares one, else by name)."""
-    out = []
-    for p in _all():
-        level = getattr(p, "ort_level", None)
-        if level is not None:
-            if str(level) == "basic":
-                out.append(p.name)
-            continue
-        cat = p.category.value
-        if cat in ("layout-memory", "precision"):
-            continue
-        n = p.name.lower()
-        if any(k in n for k in _EXTENDED_KEYS):
-            continue
-        if cat == "simplify" or any(k in n for k in _BASIC_KEYS):
-            out.append(p.name)
-    return out
+    """Passes that do what onnxruntime's BASIC level does: those that declare it
+    (``mirrors_ort = "basic"`` on the pass class)."""
+    from fusionviz.passes import registry
+
+    return registry.mirroring("basic")
 
 
 def presets() -> dict[str, tuple[str, list[str]]]:

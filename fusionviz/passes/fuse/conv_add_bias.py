@@ -97,6 +97,8 @@ class FuseConvAddBias(Pass, name="fuse_conv_add_bias", category=Category.FUSE, o
                       trigger_ops={"Conv", "ConvTranspose"}):
     """Conv / ConvTranspose followed by Add/Sub of a per-channel constant: merged into its bias."""
 
+    mirrors_ort = "basic"
+
     title = "Fold Add(bias) after Conv into the Conv bias"
     explain = """\
 **What:** `Conv(x, W[, b]) → Add(t)` (or `Sub(t)`) with a constant `t` that has one value per

@@ -221,6 +221,8 @@ class FoldBatchNorm(Pass, name="fold_batchnorm", category=Category.FUSE, order=2
                     trigger_ops={"BatchNormalization"}):
     """BatchNormalization after Conv / ConvTranspose / Gemm / MatMul folded into the weights."""
 
+    mirrors_ort = "basic"
+
     title = "Fold BatchNorm into Conv / ConvTranspose / Gemm / MatMul"
     explain = """\
 **What:** an inference-mode `BatchNormalization` that directly follows a `Conv`,

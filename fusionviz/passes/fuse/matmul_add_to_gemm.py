@@ -70,6 +70,8 @@ class MatMulAddToGemm(Pass, name="matmul_add_to_gemm", category=Category.FUSE, o
                       trigger_ops={"MatMul"}):
     """MatMul + Add (2-D) into one Gemm, absorbing 2-D Transposes into transA/transB."""
 
+    mirrors_ort = "basic"
+
     title = "Fuse MatMul + Add into Gemm"
     explain = """\
 **What:** `Add(MatMul(A, B), C)` with 2-D `A` and `B` becomes `Gemm(A, B, C)`

@@ -183,6 +183,8 @@ class FusePadIntoConv(Pass, name="fuse_pad_into_conv", category=Category.FUSE, o
                       trigger_ops={"Pad"}):
     """Pad (zero, constant, spatial only) folded into Conv pads; also into pools where exact."""
 
+    mirrors_ort = "basic"
+
     title = "Fold Pad into Conv / pool padding"
     explain = """\
 **What:** a separate `Pad` in front of a `Conv` (constant mode, value 0, constant amounts,

@@ -34,6 +34,8 @@ class CastExpandSimplify(Pass, name="cast_expand_simplify", category=Category.SI
                          trigger_ops={"Cast", "CastLike", "Expand"}):
     """CastLike/Cast/Expand rules: own CastLikeToCast, LosslessCastCast, ExpandNoOp + onnxscript's."""
 
+    mirrors_ort = "basic"
+
     title = "CastLike / Cast / Expand simplification"
     needs_shapes = True
     explain = """\

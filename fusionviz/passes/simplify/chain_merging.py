@@ -31,6 +31,8 @@ class ChainMerging(Pass, name="chain_merging", category=Category.SIMPLIFY, order
                    trigger_ops={"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Cast", "Slice"}):
     """onnxscript chain rules plus LosslessCastCast and SliceSlice."""
 
+    mirrors_ort = "basic"
+
     title = "Transpose / Reshape / Squeeze / Cast / Slice chain merging"
     needs_shapes = True
     explain = """\

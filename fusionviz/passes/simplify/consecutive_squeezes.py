@@ -91,6 +91,7 @@ class SqueezeSqueeze(orp.RewriteRuleClassBase):
 
 class FuseConsecutiveSqueezes(Pass, name="fuse_consecutive_squeezes", category=Category.SIMPLIFY,
                               order=145, trigger_ops={"Squeeze"}):
+    mirrors_ort = "basic"
     title = "Merge consecutive Squeezes"
     explain = """\
 **What:** `Squeeze(Squeeze(x, a1), a2)` becomes one `Squeeze(x, a)`: the second Squeeze's axes

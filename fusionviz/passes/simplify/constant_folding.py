@@ -50,6 +50,8 @@ def pin_initializer_inputs(model: ir.Model) -> int:
 class ConstantFolding(Pass, name="constant_folding", category=Category.SIMPLIFY, order=110):
     """Wraps onnxscript's FoldConstantsPass and onnx-ir's LiftConstantsToInitializersPass."""
 
+    mirrors_ort = "basic"
+
     title = "Constant folding"
     needs_shapes = True
     refines_shapes = True

@@ -12,6 +12,8 @@ from fusionviz.passes.cleanup import Cleanup
 class CommonSubexpressionElimination(Pass, name="cse", category=Category.SIMPLIFY, order=150):
     """Wraps onnx-ir's CommonSubexpressionEliminationPass."""
 
+    mirrors_ort = "basic"
+
     title = "Common subexpression elimination"
     explain = """\
 **What:** when two nodes run the same op with the same attributes on the same inputs, the

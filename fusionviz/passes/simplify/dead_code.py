@@ -15,6 +15,8 @@ from fusionviz.passes.base import Category, Pass
 class DeadCodeElimination(Pass, name="dead_code_elimination", category=Category.SIMPLIFY, order=190):
     """Wraps onnx-ir's RemoveUnusedNodesPass, RemoveUnusedFunctionsPass, RemoveUnusedOpsetsPass."""
 
+    mirrors_ort = "basic"
+
     title = "Dead code elimination"
     explain = """\
 **What:** removes nodes whose outputs reach no graph output, initializers nothing uses, model

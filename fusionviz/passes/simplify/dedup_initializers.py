@@ -38,6 +38,8 @@ def _may_have_duplicates(model: ir.Model) -> bool:
 class DeduplicateInitializers(Pass, name="dedup_initializers", category=Category.SIMPLIFY, order=390):
     """Wraps onnx-ir's DeduplicateHashedInitializersPass (sha512, then exact byte comparison)."""
 
+    mirrors_ort = "basic"
+
     title = "Duplicate initializer merging"
     # After the fusions, not with the other simplifications: merged weights are shared weights,
     # and folding passes (BatchNorm into Conv) must not fold into a shared weight. Running last

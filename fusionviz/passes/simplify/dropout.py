@@ -38,6 +38,8 @@ class DropoutElimination(Pass, name="dropout_elimination", category=Category.SIM
                          trigger_ops={"Dropout"}):
     """Own rule (onnxscript's dropout rules only match the attribute form of opset < 12)."""
 
+    mirrors_ort = "basic"
+
     title = "Dropout elimination (inference)"
     explain = """\
 **What:** at inference a `Dropout` passes its input through unchanged (any ratio), so it is

@@ -69,6 +69,8 @@ class IdentityElimination(Pass, name="identity_elimination", category=Category.S
                           trigger_ops={"Identity"}):
     """onnx-ir's IdentityEliminationPass cases, with a guard for outputs fed by outputs."""
 
+    mirrors_ort = "basic"
+
     title = "Identity elimination"
     explain = """\
 **What:** removes `Identity` nodes, wiring their consumers straight to the input.

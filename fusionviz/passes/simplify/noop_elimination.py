@@ -53,6 +53,8 @@ def _noop_rules() -> tuple[orp.RewriteRule, ...]:
 class NoOpElimination(Pass, name="noop_elimination", category=Category.SIMPLIFY, order=130):
     """onnxscript no-op rules plus broadcast-aware own rules."""
 
+    mirrors_ort = "basic"
+
     title = "No-op elimination"
     needs_shapes = True
     explain = """\
