@@ -171,6 +171,22 @@ def test_reference_optimizers_get_a_model_file_with_its_weights(tmp_path):
     assert all(isinstance(m, onnx.ModelProto) for m in got.values()), got
 
 
+def test_the_graph_diff_reads_weights_on_disk_by_content(tmp_path):
+    from fusionviz.graphview.diff import diff_models
+
+    loaded = model_io.load_path(_small(tmp_path), limits=ON_DISK)
+    inline = model_io.load_path(tmp_path / "m.onnx").proto  # the same weights, in memory
+    assert model_io.weights_dir(inline) is None
+    d = diff_models(loaded.proto, inline)
+    assert set(d.status_after.values()) == {"unchanged"}, d.counts
+    changed = onnx.ModelProto()
+    changed.CopyFrom(inline)
+    w = next(t for t in changed.graph.initializer if t.name == "layers.1.weight")
+    w.raw_data = bytes(len(w.raw_data))  # all zeros
+    d = diff_models(loaded.proto, changed)
+    assert d.status_after["layers.1.matmul"] == "changed", d.counts
+
+
 def test_save_writes_the_weights_beside_and_the_result_reopens(tmp_path):
     src = _small(tmp_path / "src")
     loaded = model_io.load_path(src, limits=ON_DISK)

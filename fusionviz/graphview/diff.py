@@ -287,7 +287,12 @@ class Side:
 
     @classmethod
     def of(cls, model: onnx.ModelProto, base_dir: str | os.PathLike | None = None) -> Side:
-        """The constants (external data under ``base_dir``) and opsets of ``model``."""
+        """The constants (external data under ``base_dir``, by default the folder of weights
+        fusionviz keeps on disk: ``fusionviz.model_io`` rule 9) and opsets of ``model``."""
+        if base_dir is None:
+            from fusionviz.model_io import weights_dir
+
+            base_dir = weights_dir(model)
         return cls(ConstantValues(model.graph, base_dir=base_dir), opsets(model))
 
 
@@ -418,7 +423,8 @@ def diff_models(before: onnx.ModelProto, after: onnx.ModelProto, *,
         before: the earlier snapshot (e.g. ``run_pipeline(...).snapshots[k-1].model``).
         after: the later snapshot.
         before_dir: folder of ``before``'s external data, when it was loaded without it
-            (:mod:`fusionviz.graphview.values`, rule 4); fusionviz's own loader inlines it.
+            (:mod:`fusionviz.graphview.values`, rule 4); by default the folder fusionviz's own
+            loader keeps a big model's weights in (``fusionviz.model_io`` rule 9), else none.
         after_dir: the same for ``after``.
 
     Returns:
