@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from fusionviz import errors
 
+#: Every level, from none to all: the one list (the CLI's choices, the app's selectors, the
+#: benchmark's settings, the reference optimizers' saved graphs).
 LEVELS = ("off", "basic", "extended", "layout", "all")
+#: The levels that optimize: every level but ``off``.
+OPTIMIZING = LEVELS[1:]
 
 
 def graph_optimization_level(level: str):

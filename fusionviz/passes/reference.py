@@ -32,11 +32,12 @@ from pathlib import Path
 import onnx
 
 from fusionviz import errors, model_io
+from fusionviz.ortlevels import OPTIMIZING
 
 logger = logging.getLogger(__name__)
 
 TOOLS = ("onnxslim", "onnxsim", "onnxscript")
-ORT_LEVELS = ("basic", "extended", "layout", "all")
+ORT_LEVELS = OPTIMIZING  # onnxruntime's saved graph at each level that optimizes
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 
 

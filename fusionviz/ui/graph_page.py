@@ -46,6 +46,7 @@ import onnx
 import streamlit as st
 
 from fusionviz import errors
+from fusionviz.ortlevels import OPTIMIZING as ORT_LEVELS
 from fusionviz.ui import (
     body_view,
     cache,
@@ -66,7 +67,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ORT_LEVELS = ("basic", "extended", "layout", "all")
 SIDES = ("before", "after")
 
 #: Pane heights (pixels): side by side, and stacked.

@@ -47,6 +47,7 @@ import streamlit as st
 from fusionviz import errors, samples
 from fusionviz.inputs import InputPlan, InputSpec, declared_dims, graph_inputs
 from fusionviz.model_io import LoadedModel
+from fusionviz.ortlevels import LEVELS
 from fusionviz.ui import cache
 
 logger = logging.getLogger(__name__)
@@ -91,10 +92,9 @@ QP_OPT = "g."  # prefix of the other Graph options: g.collapse, g.hops, g.expand
 OWN_PARAMS = (QP_SAMPLE, QP_MODEL, QP_PASSES, QP_LEVEL, QP_COMPARE, QP_FOCUS, QP_BODY, QP_NEAR_MISS, QP_VIEW,
               QP_OVERLAY)
 VIEWS = ("passes", "openvino", "tvm")
-_COMPARE_RE = r"^(current|step:[1-9][0-9]{0,4}|ort:(off|basic|extended|layout|all))$"
+_COMPARE_RE = r"^(current|step:[1-9][0-9]{0,4}|ort:(" + "|".join(LEVELS) + "))$"
 _SENT_KEEP = 64
 LEVEL_WIDGET = "bench_level"
-LEVELS = ("off", "basic", "extended", "layout", "all")
 
 _DEFAULT_GRAPH_OPTS = {"hops": 2, "collapse": True, "changed_only": False, "stacked": False}
 
