@@ -146,7 +146,7 @@ def graph_json(model: onnx.ModelProto, graph_id: str, *, diff=None, side: str = 
         passes = (diff.passes.get(key) if diff is not None and side == "after" else None) \
             or [s for s in meta.get(PASSES_KEY, "").split(",") if s]
         if passes:
-            attrs.append(_kv("fusionviz.passes", ", ".join(passes)))
+            attrs.append(_kv(PASSES_KEY, ", ".join(passes)))
         if diff is not None and side == "after" and diff.what.get(key):
             attrs.append(_kv("fusionviz.what", "; ".join(diff.what[key])))
         if diff is not None and side == "before":

@@ -33,10 +33,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from fusionviz.passes.provenance import PASSES_KEY, SOURCES_KEY  # noqa: F401 - re-exported to the views
+
 logger = logging.getLogger(__name__)
 
-SOURCES_KEY = "fusionviz.sources"
-PASSES_KEY = "fusionviz.passes"
 TORCH_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 
 #: A tensor read by at least this many nodes is a hub (rule 5).

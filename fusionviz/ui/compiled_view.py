@@ -86,11 +86,12 @@ def _why_unavailable(backend: str) -> str | None:
 def _sources(model: onnx.ModelProto) -> dict[str, set[str]]:
     """Node key of ``model`` → the original node keys it stands for (its provenance, else itself)."""
     from fusionviz.graphview.model_graph import node_keys
+    from fusionviz.passes.provenance import SEP, SOURCES_KEY
 
     out: dict[str, set[str]] = {}
     for key, node in zip(node_keys(model.graph.node), model.graph.node, strict=True):
-        src = next((p.value for p in node.metadata_props if p.key == "fusionviz.sources"), "")
-        out[key] = {s for s in src.split(",") if s} or {key}
+        src = next((p.value for p in node.metadata_props if p.key == SOURCES_KEY), "")
+        out[key] = {s for s in src.split(SEP) if s} or {key}
     return out
 
 
