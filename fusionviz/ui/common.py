@@ -38,11 +38,9 @@ PAGES = {
     "learn": "fusionviz/ui/learn_page.py",
 }
 
-# (label, fill, border): the same colours graphview draws (graphview.dot.STATUS_STYLE).
+# (label, fill, border): the colours graphview draws, read from graphview.dot.STATUS_STYLE.
 LEGEND = (
-    ("fused / new", "#b7efc5", "#1b873f"),
-    ("removed", "#ffc9c9", "#c62828"),
-    ("changed", "#ffe2a8", "#d97706"),
+    *((STATUS_TITLE[s], *STATUS_STYLE[s][:2]) for s in ("fused", "removed", "changed")),
     ("unchanged (colour = op family)", "#ffffff", "#7a7a7a"),
 )
 #: Shown after LEGEND only when a diff lifted Constant nodes to initializers (no change).
