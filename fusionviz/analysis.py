@@ -42,6 +42,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
+from fusionviz.passes.walk import proto_graphs
+
 logger = logging.getLogger(__name__)
 
 _ELEMENTWISE = frozenset(
@@ -231,7 +233,7 @@ def infer_tensor_info(model: onnx.ModelProto,
 def _collect(m: onnx.ModelProto) -> dict[str, _TensorInfo]:
     """Shapes and types of the main graph and of every body (names are unique model-wide)."""
     info: dict[str, _TensorInfo] = {}
-    for g in _all_graphs(m.graph):
+    for g in proto_graphs(m.graph):
         for t in g.initializer:
             info[t.name] = _TensorInfo(tuple(int(d) for d in t.dims), t.data_type)
         for vi in list(g.input) + list(g.value_info) + list(g.output):
@@ -258,18 +260,6 @@ def _bodies(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
             out.append((a.name, a.g))
         elif a.type == onnx.AttributeProto.GRAPHS:
             out.extend((f"{a.name}[{i}]", g) for i, g in enumerate(a.graphs))
-    return out
-
-
-def _all_graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
-    """``graph`` and every body nested in it (iterative: any depth)."""
-    out = []
-    stack = [graph]
-    while stack:
-        g = stack.pop()
-        out.append(g)
-        for n in g.node:
-            stack.extend(b for _, b in _bodies(n))
     return out
 
 
@@ -415,7 +405,7 @@ class MemoryPlan:
 def _weight_bytes(model: onnx.ModelProto) -> int:
     """Initializers and Constant tensors of the main graph and of every body (rule 6)."""
     total = 0
-    for g in _all_graphs(model.graph):
+    for g in proto_graphs(model.graph):
         for t in g.initializer:
             ti = _TensorInfo(tuple(int(d) for d in t.dims), t.data_type)
             total += ti.nbytes or 0
@@ -647,7 +637,7 @@ def model_cost(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | Non
     """
     info = infer_tensor_info(model, shapes)
     weights: dict[str, int] = {}
-    for g in _all_graphs(model.graph):  # rule 6: every body's weights
+    for g in proto_graphs(model.graph):  # rule 6: every body's weights
         for t in g.initializer:
             weights[t.name] = int(np.prod(t.dims, dtype=np.int64)) if len(t.dims) else 1
         for n in g.node:

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 
 from fusionviz.inputs import graph_inputs
+from fusionviz.passes.walk import proto_graphs
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list[int | str]:
@@ -30,18 +31,6 @@ def _type_name(vi: onnx.ValueInfoProto) -> str:
     if vi.type.HasField("tensor_type"):
         return onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type).lower()
     return vi.type.WhichOneof("value") or "unknown"
-
-
-def iter_graphs(g: onnx.GraphProto):
-    """``g`` and every subgraph in it (If/Loop/Scan bodies), depth first."""
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from iter_graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for sg in a.graphs:
-                    yield from iter_graphs(sg)
 
 
 def _tensor_numel(t: onnx.TensorProto) -> int:
@@ -77,7 +66,7 @@ def summarize(model: onnx.ModelProto) -> ModelSummary:
     hist: collections.Counter[str] = collections.Counter()
     params = 0
     pbytes = 0
-    graphs = list(iter_graphs(model.graph))
+    graphs = list(proto_graphs(model.graph))
     for g in graphs:
         for n in g.node:
             op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"

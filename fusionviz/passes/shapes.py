@@ -18,8 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from fusionviz.passes._compat import call_onnx_api
-from fusionviz.passes.walk import all_nodes, subgraphs
-from fusionviz.summary import iter_graphs
+from fusionviz.passes.walk import all_nodes, proto_graphs, subgraphs
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ def _values_by_name(model: ir.Model) -> dict[str, ir.Value]:
 
 
 def _value_infos(graph: onnx.GraphProto):
-    for g in iter_graphs(graph):
+    for g in proto_graphs(graph):
         yield from g.value_info
         yield from g.output
 

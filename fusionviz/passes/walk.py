@@ -8,8 +8,11 @@
    :func:`graph_likes` adds the model's local functions, which hold nodes too.
 3. :func:`count_nodes`: the node count the reports show, for an onnx-ir model or a ModelProto
    (the same nodes in both forms).
-4. :func:`proto_graphs`: a ``GraphProto`` and every subgraph in it, depth first, for the code
-   that edits what a tool wrote before it is read into onnx-ir.
+4. :func:`proto_graphs` / :func:`proto_subgraphs`: a ``GraphProto`` and every subgraph in it,
+   depth first, and one node's bodies, for the code that reads or edits protos (what a tool
+   wrote before it is read into onnx-ir, the summary, the static analysis, validity). The
+   other walkers in the package are left where they carry more than the graphs (a body's path
+   for the graph view, function bodies and scopes for external data in ``model_io``).
 """
 
 from __future__ import annotations
@@ -76,8 +79,22 @@ def count_nodes(model: ir.Model | onnx.ModelProto) -> int:
     return len(all_nodes(model))
 
 
-def proto_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """Rule 4: ``graph`` and every subgraph in it (If/Loop/Scan bodies), depth first."""
-    from fusionviz.summary import iter_graphs
+def proto_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """Rule 4: the graphs ``node``'s attributes hold (an If's branches, a Loop's or Scan's body)."""
+    out: list[onnx.GraphProto] = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
 
-    return iter_graphs(graph)
+
+def proto_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """Rule 4: ``graph`` and every subgraph in it (If/Loop/Scan bodies), depth first, in node
+    order (iterative: any nesting depth)."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        yield g
+        stack.extend(reversed([s for n in g.node for s in proto_subgraphs(n)]))

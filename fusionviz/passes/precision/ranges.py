@@ -22,7 +22,7 @@ import logging
 import numpy as np
 import onnx
 
-from fusionviz.passes.walk import proto_graphs
+from fusionviz.passes.walk import proto_graphs, proto_subgraphs
 
 logger = logging.getLogger(__name__)
 
@@ -125,10 +125,9 @@ def overflowing_nodes(model: onnx.ModelProto, limit: float = FP16_MAX * HEADROOM
     # and a branch converted alone would declare fp16 values where the node declares fp32
     for node in model.graph.node:
         if node.name in keep:
-            for attr in node.attribute:
-                for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-                    for sub in proto_graphs(g):
-                        for inner in sub.node:
-                            if inner.name:
-                                keep.setdefault(inner.name, f"inside '{node.name}', which stays fp32")
+            for g in proto_subgraphs(node):
+                for sub in proto_graphs(g):
+                    for inner in sub.node:
+                        if inner.name:
+                            keep.setdefault(inner.name, f"inside '{node.name}', which stays fp32")
     return keep
