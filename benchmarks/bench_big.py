@@ -39,7 +39,8 @@ sets, judged by ``fusionviz.verify.judge``: the same verdict ``optimize`` gives)
 
 Peak RSS: the process tree (the command and every process it starts) is polled with psutil every
 20 ms and the RSS of its processes summed; the figure is the larger of that peak and the
-largest single process's ``ru_maxrss`` (``wait4``; catches a spike between two polls). Summed
+largest single process's maximum RSS as GNU ``/usr/bin/time -f %M`` reports it for the command it
+runs (catches a spike between two polls; without /usr/bin/time, the polling alone). Summed
 RSS counts a page shared by two processes (a memory-mapped weight file) twice. A tree that passes
 ``--max-rss-gb`` is killed (the row says so), to keep a shared machine alive.
 
@@ -83,6 +84,7 @@ sys.path.insert(0, str(ROOT))
 CACHE = Path(os.environ.get("FUSIONVIZ_BIG_DIR", "") or Path.home() / ".cache" / "fusionviz" / "big")
 GB = 2**30
 POLL_S = 0.02
+GNU_TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
 SYNTHETIC_BYTES = int(2.25 * GB)  # over protobuf's 2 GB with room to spare
 SYNTHETIC_DIM = 4096
 
@@ -312,20 +314,26 @@ class Measured:
 
 
 def measure(argv: Sequence[str], *, max_rss: int, timeout_s: float, env: dict | None = None) -> Measured:
-    """Run ``argv`` and follow its process tree (psutil polling + ``wait4``'s ru_maxrss)."""
+    """Run ``argv`` and follow its process tree (psutil polling + ``/usr/bin/time -f %M``).
+
+    The command runs under GNU time, not straight from this process: a child's ``ru_maxrss``
+    starts from its parent's RSS at the fork, and this process may hold a few hundred MB.
+    """
     import psutil
 
     err_file = tempfile.TemporaryFile()
+    max_file = tempfile.NamedTemporaryFile(suffix=".maxrss", delete=False)
+    max_file.close()
+    wrapped = ([GNU_TIME, "-f", "%M", "-o", max_file.name, *argv] if GNU_TIME else list(argv))
     t0 = time.perf_counter()
-    proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=err_file, cwd=ROOT,
+    proc = subprocess.Popen(wrapped, stdout=subprocess.DEVNULL, stderr=err_file, cwd=ROOT,
                             env={**os.environ, **(env or {})}, start_new_session=True)
     root = psutil.Process(proc.pid)
     peak = 0
     killed = ""
-    status = None
-    usage = None
+    status = 0
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        pid, status = os.waitpid(proc.pid, os.WNOHANG)
         if pid:
             break
         total = 0
@@ -355,7 +363,12 @@ def measure(argv: Sequence[str], *, max_rss: int, timeout_s: float, env: dict | 
         os.killpg(proc.pid, 9)
     except (ProcessLookupError, PermissionError):
         pass
-    peak = max(peak, usage.ru_maxrss * 1024)
+    try:  # the largest single process of the tree (GNU time's wait4 of the command)
+        lines = Path(max_file.name).read_text().split()
+        peak = max(peak, int(lines[-1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    os.unlink(max_file.name)
     err_file.seek(0)
     tail = err_file.read()[-4000:].decode("utf-8", "replace").strip()
     err_file.close()
@@ -647,8 +660,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         results[name] = bench_model(name, p, max_rss=int(args.max_rss_gb * GB), timeout_s=args.timeout,
                                     log=lambda s: print(s, flush=True))
     rows = [r for v in results.values() for r in v["rows"]]
-    print(f"\nfusionviz at {commit}; peak RSS: process tree, psutil every {POLL_S * 1000:.0f} ms "
-          "(and wait4 ru_maxrss); GB = 2**30 bytes\n")
+    print(f"\nfusionviz at {commit}; peak RSS: process tree, psutil every {POLL_S * 1000:.0f} ms"
+          + (" and /usr/bin/time -f %M" if GNU_TIME else " (no /usr/bin/time)") + "; GB = 2**30 bytes\n")
     print(format_table(table_rows(rows)))
     if results:
         print("\nGoals (yes / NO / n/a):\n")

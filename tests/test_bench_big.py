@@ -173,3 +173,12 @@ def test_check_written_judges_valid_equal_and_reopen(tmp_path):
     onnx.save(full, str(changed))
     got = bb.check_written(str(src), str(changed))
     assert got["valid"] and got["reopen"] and got["equal"] is False and "y differs" in got["why"], got
+
+
+def test_measure_is_not_charged_with_this_process_memory():
+    """A child's ru_maxrss starts from its parent's RSS at the fork: the command runs under GNU time."""
+    hog = bytearray(400 * 2**20)
+    hog[::4096] = b"x" * len(hog[::4096])
+    m = bb.measure([sys.executable, "-c", "pass"], max_rss=8 * GB, timeout_s=60)
+    del hog
+    assert m.rc == 0 and m.peak_rss < 200 * 2**20, m
