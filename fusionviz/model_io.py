@@ -27,15 +27,19 @@ cause a RecursionError; protobuf itself refuses messages nested deeper than 100 
 reported as such.
 
 9. Weights stay on disk for a big model (``Limits.weights_on_disk_bytes``): its external data is
-   checked (rule 3) but not read, and a one-file model's large embedded initializers are moved
-   to a data file in a folder fusionviz owns (deleted when the process ends). The in-memory
-   proto then holds the graph and small tensors only; main-graph initializers of at least
-   ``ON_DISK_MIN_TENSOR`` bytes are external references, and the folder they are relative to is
-   the model's ``fusionviz.weights_dir`` metadata entry (:func:`weights_dir`), which every
-   consumer of the tensors reads: the passes (onnx-ir memory-maps them), onnxruntime sessions
-   (:func:`ort_session_config`), :func:`save_model` (copies the bytes into the result's own
-   data file and drops the entry). A model's own ``fusionviz.weights_dir`` entry is removed on
-   load: only fusionviz sets it, after rule 3. Smaller models are read into memory as before.
+   checked (rule 3) but not read; a one-file model is read through a memory map, its protobuf
+   fields walked, and each large main-graph initializer's ``raw_data`` left in the file and
+   referenced where it lies (location: the model file itself, offset and length of those
+   bytes), so no weight is copied into memory (a file this walk cannot follow is read whole).
+   The in-memory proto then holds the graph and small tensors only: main-graph initializers of
+   at least ``ON_DISK_MIN_TENSOR`` bytes are external references whose exact byte count rule 6
+   checks, relative to the folder named by the model's ``fusionviz.weights_dir`` metadata entry
+   (:func:`weights_dir`), which every consumer of the tensors reads: the passes (onnx-ir
+   memory-maps them), onnxruntime sessions (:func:`ort_session_config`), :func:`save_model`
+   (copies the bytes into the result's own data file and drops the entry). A model's own
+   ``fusionviz.weights_dir`` entry is removed on load: only fusionviz sets it, after rule 3. A
+   zip's extracted files stay until the process ends when its weights stay on disk. Smaller
+   models are read into memory as before.
 
 A content hash identifies a model for caching: sha256 over the deterministic serialization
 (external data inlined), or, with weights on disk, over the graph with the tensors' places
@@ -680,20 +684,137 @@ def _load_file(path: Path, *, limits: Limits, check: bool, display: str) -> Load
         raise errors.ModelTooLargeError(
             f"'{_short(display)}' is {_size(size)}, over the {_size(limits.max_model_bytes)} limit{_RAISE_MODEL}."
         )
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise errors.ModelLoadError(f"Cannot read '{_short(display)}': {exc.strerror}.") from None
-    model = _parse(data, display)
-    del data
-    _drop_weights_dir(model)  # rule 9: only fusionviz names where weights are
+    model = _graph_of_one_file(path, display) if size >= limits.weights_on_disk_bytes else None
+    if model is None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise errors.ModelLoadError(f"Cannot read '{_short(display)}': {exc.strerror}.") from None
+        model = _parse(data, display)
+        del data
+        _drop_weights_dir(model)  # rule 9: only fusionviz names where weights are
     ext_bytes = 0
-    if _uses_external_data(model):
+    if weights_dir(model) is None and _uses_external_data(model):
         ext_bytes = _load_external(model, path.parent.resolve(), limits=limits, current=size)
-    elif size >= limits.weights_on_disk_bytes:
-        _spill_initializers(model)
     return _finish(model, name=display, size=size + ext_bytes, source=str(path), limits=limits,
                    check=check)
+
+
+# ---- rule 9 for a one-file model: its weights are read where they are in the file itself
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _wire_fields(buf, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, field start, value start, value end) of each field in
+    ``buf[start:end]``; groups and unknown wire types raise ValueError."""
+    pos = start
+    while pos < end:
+        key, vpos = _read_varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, vend = _read_varint(buf, vpos)
+        elif wire == 1:
+            vend = vpos + 8
+        elif wire == 5:
+            vend = vpos + 4
+        elif wire == 2:
+            length, vpos = _read_varint(buf, vpos)
+            vend = vpos + length
+        else:
+            raise ValueError(f"wire type {wire}")
+        if vend > end:
+            raise ValueError("field past its message")
+        yield field, wire, pos, vpos, vend
+        pos = vend
+
+
+def _len_field(field: int, payload: bytes) -> bytes:
+    return _varint_bytes(field << 3 | 2) + _varint_bytes(len(payload)) + payload
+
+
+_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
+_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 13, 14
+
+
+def _tensor_by_reference(buf, start: int, end: int, location: str) -> bytes | None:
+    """A TensorProto's bytes with its raw_data (when at least ON_DISK_MIN_TENSOR) replaced by an
+    external reference to where it lies in the file; None when it stays as it is."""
+    raws = [(vs, ve) for f, w, _, vs, ve in _wire_fields(buf, start, end) if f == _TENSOR_RAW_DATA and w == 2]
+    has_ext = any(f in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION) for f, *_ in _wire_fields(buf, start, end))
+    if len(raws) != 1 or has_ext or raws[0][1] - raws[0][0] < ON_DISK_MIN_TENSOR:
+        return None
+    vs, ve = raws[0]
+    out = bytearray()
+    for f, w, fs, _, fe in _wire_fields(buf, start, end):
+        if not (f == _TENSOR_RAW_DATA and w == 2):
+            out += buf[fs:fe]
+    for key, value in (("location", location), ("offset", str(vs)), ("length", str(ve - vs))):
+        entry = _len_field(1, key.encode()) + _len_field(2, value.encode())
+        out += _len_field(_TENSOR_EXTERNAL_DATA, entry)
+    out += _varint_bytes(_TENSOR_DATA_LOCATION << 3) + _varint_bytes(onnx.TensorProto.EXTERNAL)
+    return bytes(out)
+
+
+def _graph_of_one_file(path: Path, display: str) -> onnx.ModelProto | None:
+    """Rule 9 without copying a weight: the model parsed from its file with every large
+    main-graph initializer's raw_data left in the file and referenced there (location: the
+    model file itself, at the bytes' offset), read through a memory map so the weights are never
+    in memory. None when the file holds no such initializer or its layout is not the plain one
+    this reads (the caller then parses the whole file)."""
+    import mmap
+
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            out = bytearray()
+            moved = 0
+            for field, wire, fs, vs, ve in _wire_fields(buf, 0, len(buf)):
+                if not (field == _MODEL_GRAPH and wire == 2):
+                    out += buf[fs:ve]
+                    continue
+                graph = bytearray()
+                for gf, gw, gfs, gvs, gve in _wire_fields(buf, vs, ve):
+                    tensor = (_tensor_by_reference(buf, gvs, gve, path.name)
+                              if gf == _GRAPH_INITIALIZER and gw == 2 else None)
+                    if tensor is None:
+                        graph += buf[gfs:gve]
+                    else:
+                        graph += _len_field(_GRAPH_INITIALIZER, tensor)
+                        moved += 1
+                out += _len_field(_MODEL_GRAPH, bytes(graph))
+    except (ValueError, IndexError, OSError) as exc:
+        logger.info("'%s' is read whole: %s", display, exc)
+        return None
+    if not moved:
+        return None
+    model = _parse(bytes(out), display)
+    if sum(t.data_location == onnx.TensorProto.EXTERNAL for t in iter_tensors(model)) != moved:
+        return None  # it also refers to external files: read whole, so rule 3 checks them
+    _set_weights_dir(model, path.parent.resolve())  # the file's own entry, if any, is replaced
+    return model
 
 
 _OWNED_DIRS: list[Path] = []
@@ -705,35 +826,6 @@ def _remove_owned_dirs() -> None:
 
 
 atexit.register(_remove_owned_dirs)
-
-
-def owned_dir(prefix: str) -> Path:
-    """A new temp folder fusionviz owns; removed when the process ends (rule 9's data files)."""
-    d = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
-    _OWNED_DIRS.append(d)
-    return d
-
-
-def _spill_initializers(model: onnx.ModelProto) -> None:
-    """Rule 9 for a one-file model: its large main-graph initializers move to a data file in a
-    folder fusionviz owns; the proto keeps external references to them."""
-    big = [t for t in model.graph.initializer
-           if t.data_location != onnx.TensorProto.EXTERNAL and len(t.raw_data) >= ON_DISK_MIN_TENSOR]
-    if not big:
-        return
-    folder = owned_dir("fusionviz_weights_")
-    location = "weights.data"
-    offset = 0
-    with open(folder / location, "wb") as f:
-        for t in big:
-            pad = -offset % _ALIGN
-            f.write(b"\0" * pad)
-            offset += pad
-            raw = t.raw_data
-            f.write(raw)
-            _make_external(t, location, offset, len(raw))
-            offset += len(raw)
-    _set_weights_dir(model, folder)
 
 
 def _make_external(t: onnx.TensorProto, location: str, offset: int, length: int) -> None:
@@ -1040,9 +1132,22 @@ def _check_tensor_data(model: onnx.ModelProto, name: str) -> None:
             raise errors.TensorDataError(
                 f"'{_short(name)}': tensor '{tname}' has unknown data type {t.data_type}."
             )
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            continue
         dims = list(t.dims)
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            # Rule 9: a tensor kept on disk holds its declared bytes there, exactly.
+            length = _external_place(t)[2] if weights_dir(model) is not None else None
+            bits = _raw_bits(t.data_type)
+            if length is not None and bits is not None and all(d >= 0 for d in dims):
+                numel = 1
+                for d in dims:
+                    numel *= d
+                needed = -(-numel * bits // 8)
+                if length != needed:
+                    raise errors.TensorDataError(
+                        f"'{_short(name)}': tensor '{tname}' declares {numel:,} elements "
+                        f"(dims {dims[:8]}, {needed:,} bytes) but its external data holds {length:,} bytes."
+                    )
+            continue
         if any(d < 0 for d in dims):
             raise errors.TensorDataError(
                 f"'{_short(name)}': tensor '{tname}' declares a negative dimension {dims[:8]}."

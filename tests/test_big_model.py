@@ -212,15 +212,62 @@ def test_external_data_on_request_and_none_when_nothing_is_large(tmp_path, tiny_
     assert data is None and not (tmp_path / "t.onnx.data").exists()
 
 
-def test_a_one_file_model_has_its_weights_moved_to_a_folder_fusionviz_owns(tmp_path):
+def _one_file(tmp_path: Path) -> tuple[Path, onnx.ModelProto]:
     inline = model_io.load_path(_small(tmp_path / "src")).proto
     one = tmp_path / "one" / "one.onnx"
     model_io.save_model(inline, one, external=False)
+    return one, inline
+
+
+def test_a_one_file_models_weights_are_read_where_they_lie_in_the_file(tmp_path):
+    one, inline = _one_file(tmp_path)
     loaded = model_io.load_path(one, limits=ON_DISK)
-    folder = Path(loaded.weights_dir)
-    assert folder != one.parent.resolve() and folder.is_dir()
+    assert loaded.weights_dir == str(one.parent.resolve())
     assert loaded.proto.ByteSize() < 64 * 1024
+    w = next(t for t in loaded.proto.graph.initializer if t.name == "layers.2.weight")
+    location, offset, length = model_io._external_place(w)
+    assert location == "one.onnx" and length == 512 * 512 * 4
+    ref = next(t for t in inline.graph.initializer if t.name == "layers.2.weight")
+    with open(one, "rb") as f:
+        f.seek(offset)
+        assert f.read(length) == ref.raw_data  # the very bytes of the tensor in the file
+    assert loaded.size_bytes == one.stat().st_size
     _same(_run(loaded.proto, IDS), _run(inline, IDS))
+    result = run_pipeline(loaded.proto, registry.default_passes(), keep_snapshots=False)
+    out, data = model_io.save_model_files(result.final, tmp_path / "out" / "r.onnx")
+    assert data is not None
+    _same(_run(model_io.load_path(out).proto, IDS), _run(inline, IDS))
+
+
+def test_a_one_file_model_that_also_points_outside_its_folder_is_refused(tmp_path):
+    one, inline = _one_file(tmp_path)
+    m = onnx.ModelProto()
+    m.CopyFrom(inline)
+    t = m.graph.initializer.add()
+    t.name, t.data_type = "stolen", onnx.TensorProto.FLOAT
+    t.dims.append(4)
+    model_io._make_external(t, "../../etc/passwd", 0, 16)
+    one.write_bytes(m.SerializeToString())
+    with pytest.raises(errors.UnsafePathError):
+        model_io.load_path(one, limits=ON_DISK)
+
+
+def test_a_weight_kept_on_disk_must_hold_the_bytes_its_dims_declare(tmp_path):
+    one, inline = _one_file(tmp_path)
+    m = onnx.ModelProto()
+    m.CopyFrom(inline)
+    w = next(t for t in m.graph.initializer if t.name == "layers.0.weight")
+    w.dims[0] = 1 << 20  # claims 2**29 floats, holds 2**18
+    one.write_bytes(m.SerializeToString())
+    with pytest.raises(errors.TensorDataError, match="holds 1,048,576 bytes"):
+        model_io.load_path(one, limits=ON_DISK)
+    path = _small(tmp_path / "ext")
+    m = onnx.load(str(path), load_external_data=False)
+    w = next(t for t in m.graph.initializer if t.name == "layers.0.weight")
+    w.dims[0] = 1 << 20
+    path.write_bytes(m.SerializeToString())
+    with pytest.raises(errors.TensorDataError):
+        model_io.load_path(path, limits=ON_DISK)
 
 
 def test_a_zip_keeps_its_extracted_weights_while_they_are_used(tmp_path):
