@@ -4,7 +4,9 @@ Measures variants of MODEL in isolated, interleaved workers (fusionviz.bench).
 PASSLIST is comma-separated pass names, ``all`` (every exact pass) or empty (the original).
 Without ``--variant`` the set is ``original`` and ``all passes``. With ``--backend`` naming more
 than one backend, each of those variants is measured on every backend in the same interleaved
-run, labelled ``LABEL (backend)``; ``--reference`` and ``--whatif`` variants stay on onnxruntime.
+run, labelled ``LABEL @OpenVINO`` (:mod:`fusionviz.experiment.labels`: the first backend's variants keep
+their label); ``--reference`` and ``--whatif`` variants stay on onnxruntime. Variants are made by
+:class:`fusionviz.experiment.build.Builder` in roles (the what-if lines read roles, not labels).
 A backend that cannot run here, or cannot compile the model, fails its own variants with one
 line each; the others are measured. A variant asked for twice (the same model and settings
 under two labels) is measured once (:mod:`fusionviz.bench.identity`). Progress goes to stderr,

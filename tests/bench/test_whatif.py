@@ -97,3 +97,17 @@ def test_leave_one_out_table_contributions():
     rows = leave_one_out_table([_res("all passes", 8.0, 600), _res("-a", 10.0, 1000)])
     assert rows == [{"pass": "a", "label": "-a", "median_ms": 10.0, "contribution_ms": 2.0,
                      "contribution_pct": 25.0, "static_sum_bytes_saved": 400, "error": None}]
+
+
+def test_cli_variants_have_roles_and_a_plus_label_stays_a_selection():
+    import argparse
+
+    from fusionviz.commands.bench import build_variants
+
+    args = argparse.Namespace(variant=["+x=identity_elimination"], whatif=None, reference=False, backend="ort,openvino")
+    vs = build_variants(MODEL, args, Settings(level="off"), None)
+    assert [(v.label, v.role.kind, v.settings.backend) for v in vs] == [
+        ("+x", "selection", "ort"), ("+x @OpenVINO", "selection", "openvino")]
+    args = argparse.Namespace(variant=[], whatif="cumulative", reference=False, backend="ort")
+    vs = build_variants(MODEL, args, Settings(level="off"), None)
+    assert [v.role.kind for v in vs] == ["original"] + ["step"] * (len(vs) - 1)
