@@ -48,8 +48,8 @@ def selection(loaded: Any, result: Any, v: Any) -> None:
                 except Exception as exc:  # noqa: BLE001 - one line on the page, the app keeps running
                     found = f"bisection could not run: {type(exc).__name__}: {exc}"
             st.session_state[BISECT] = (key, found)
-        else:
-            return
+            st.rerun()  # draw the answer without the button that asked for it
+        return
     if isinstance(found, str):
         st.warning(state.scrub(found))
         return
@@ -69,7 +69,9 @@ def onnxruntime(loaded: Any) -> None:
     inputs = state.input_plan(loaded)
     if inputs.plan is None:
         return
-    with st.expander("onnxruntime's own optimizers: do they change the outputs?"):
+    asked = st.session_state.get(ORT_BISECT)
+    opened = asked is not None and asked[0][:2] == (loaded.sha256, inputs.key)
+    with st.expander("onnxruntime's own optimizers: do they change the outputs?", expanded=opened):
         level = st.selectbox("Level judged against level off", ("all", "extended", "basic"), key="ort_bisect_level")
         key = (loaded.sha256, inputs.key, level)
         found = _kept(ORT_BISECT, key)
@@ -87,6 +89,7 @@ def onnxruntime(loaded: Any) -> None:
                 except Exception as exc:  # noqa: BLE001 - one line on the page
                     found = f"could not run: {type(exc).__name__}: {exc}"
             st.session_state[ORT_BISECT] = (key, found)
+            st.rerun()
         if isinstance(found, str):
             st.warning(state.scrub(found))
             return
@@ -96,7 +99,8 @@ def onnxruntime(loaded: Any) -> None:
             base = found.baseline
             what = base.failure or (base.first.describe() if base.first is not None else "")
             st.error(f"Level {level} changes the outputs: {state.scrub(what)}.")
-            st.info(state.scrub(found.describe()))
+            text = state.scrub(found.describe())
+            st.info(text[:1].upper() + text[1:])
             if found.restored:
                 st.code(f"ort.InferenceSession(path, so, disabled_optimizers={list(found.disabled)!r})",
                         language="python")
