@@ -168,7 +168,7 @@ def test_tune_with_freeze_says_what_it_froze(tf_model, capsys):
 
 def test_if_switches_names_the_scalar_an_if_picks_its_branch_by(tf_model):
     from fusionviz.inputs import if_switches
-    from fusionviz.tune import _freeze_hint
+    from fusionviz.tune.search import freeze_hint as _freeze_hint
 
     model = onnx.load(str(tf_model))
     assert if_switches(model) == ["sr"]
