@@ -75,8 +75,8 @@ def _legend_html() -> str:
     entries = value_legend(RenderOptions(node_values=(("", 0.0),), value_scale=ERROR_SCALE, value_title=TITLE))
     parts = [f"<span class='fv-sw' style='background:{fill};border-color:{border}'></span>{title}"
              for title, fill, border in entries]
-    return ("<div style='font-size:0.85rem;line-height:1.7;margin:0 0 0.5rem 0'>After pane, largest error of "
-            "each node's outputs: " + "".join(parts) + "</div>")
+    return ("<div style='font-size:0.85rem;line-height:1.7;margin:0 0 0.5rem 0'>After pane, largest error per node: "
+            + "".join(parts) + "</div>")
 
 
 def banner(result: Any, on_focus: Callable[[str | None, str | None], None]) -> None:
