@@ -98,3 +98,14 @@ def test_the_what_if_chart_and_its_table_say_the_same_from_the_same_effects():
     assert rows[0]["Δ static intermediates (bytes)"] == -400 and rows[1]["Δ static intermediates (bytes)"] == 0
     # Hovering a bar gives its ratio and interval; "faster" is never said of a bar within noise.
     assert "faster" not in fig.data[0].hovertext[1] and "95% interval" in fig.data[0].hovertext[1]
+
+
+def test_op_histogram_labels_every_op():
+    from fusionviz.charts import HIST_BAR_PX, op_histogram
+
+    counts = {f"Op{i:02d}": 100 - i for i in range(30)}
+    fig = op_histogram(counts)
+    ops = list(fig.data[0].y)
+    assert len(ops) == 25 and ops[-1] == "Op00"  # the 25 most frequent, the largest on top
+    assert list(fig.layout.yaxis.tickvals) == ops and list(fig.layout.yaxis.ticktext) == ops
+    assert fig.layout.height >= HIST_BAR_PX * 25 >= 16 * 25  # room for every label

@@ -186,8 +186,9 @@ def _summary(loaded: Any) -> None:
                                    for o in s.outputs]), hide_index=True, width="stretch")
     with right:
         st.markdown("**Op histogram**")
-        hist = pd.DataFrame({"op": list(s.op_histogram), "count": list(s.op_histogram.values())})
-        st.bar_chart(hist.head(25), x="op", y="count", horizontal=True, sort="-count", height=320)
+        from fusionviz.charts import op_histogram
+
+        st.plotly_chart(op_histogram(s.op_histogram), config={"displayModeBar": False})
 
 
 # ------------------------------------------------------------------ inputs
