@@ -72,6 +72,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -313,29 +314,16 @@ class Measured:
     killed: str = ""
 
 
-def measure(argv: Sequence[str], *, max_rss: int, timeout_s: float, env: dict | None = None) -> Measured:
-    """Run ``argv`` and follow its process tree (psutil polling + ``/usr/bin/time -f %M``).
-
-    The command runs under GNU time, not straight from this process: a child's ``ru_maxrss``
-    starts from its parent's RSS at the fork, and this process may hold a few hundred MB.
-    """
+def _follow(proc: subprocess.Popen, root, *, max_rss: int, timeout_s: float, t0: float) -> tuple[int, int, str]:
+    """Poll ``proc``'s tree until it exits: (peak summed RSS, wait status, why it was killed or "")."""
     import psutil
 
-    err_file = tempfile.TemporaryFile()
-    max_file = tempfile.NamedTemporaryFile(suffix=".maxrss", delete=False)
-    max_file.close()
-    wrapped = ([GNU_TIME, "-f", "%M", "-o", max_file.name, *argv] if GNU_TIME else list(argv))
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(wrapped, stdout=subprocess.DEVNULL, stderr=err_file, cwd=ROOT,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
-    root = psutil.Process(proc.pid)
     peak = 0
     killed = ""
-    status = 0
     while True:
         pid, status = os.waitpid(proc.pid, os.WNOHANG)
         if pid:
-            break
+            return peak, status, killed
         total = 0
         try:
             tree = [root, *root.children(recursive=True)]
@@ -357,6 +345,29 @@ def measure(argv: Sequence[str], *, max_rss: int, timeout_s: float, env: dict | 
             except ProcessLookupError:
                 pass
         time.sleep(POLL_S)
+
+
+def measure(argv: Sequence[str], *, max_rss: int, timeout_s: float, env: dict | None = None) -> Measured:
+    """Run ``argv`` and follow its process tree (psutil polling + ``/usr/bin/time -f %M``).
+
+    The command runs under GNU time, not straight from this process: a child's ``ru_maxrss``
+    starts from its parent's RSS at the fork, and this process may hold a few hundred MB.
+    """
+    import psutil
+
+    err_file = tempfile.TemporaryFile()
+    max_file = tempfile.NamedTemporaryFile(suffix=".maxrss", delete=False)
+    max_file.close()
+    wrapped = ([GNU_TIME, "-f", "%M", "-o", max_file.name, *argv] if GNU_TIME else list(argv))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(wrapped, stdout=subprocess.DEVNULL, stderr=err_file, cwd=ROOT,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    root = psutil.Process(proc.pid)
+    try:
+        peak, status, killed = _follow(proc, root, max_rss=max_rss, timeout_s=timeout_s, t0=t0)
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM): take the command's tree down too
+        os.killpg(proc.pid, 9)
+        raise
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     try:  # what is left of the group (a grandchild that outlived its parent)
@@ -654,11 +665,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{n}: {p} ({model_bytes(p) / GB:.2f} GB, {nodes_of(p):,} nodes)")
         return 0
     commit = _commit_words()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the running command is killed
     results: dict[str, dict] = {}
     for name, p in paths.items():
         print(f"{name}: {model_bytes(p) / GB:.2f} GB, {nodes_of(p):,} nodes", flush=True)
         results[name] = bench_model(name, p, max_rss=int(args.max_rss_gb * GB), timeout_s=args.timeout,
                                     log=lambda s: print(s, flush=True))
+        if args.json:  # after each model: a run cut short keeps what it measured
+            Path(args.json).write_text(json.dumps({"commit": commit, "models": results}, indent=1))
     rows = [r for v in results.values() for r in v["rows"]]
     print(f"\nfusionviz at {commit}; peak RSS: process tree, psutil every {POLL_S * 1000:.0f} ms"
           + (" and /usr/bin/time -f %M" if GNU_TIME else " (no /usr/bin/time)") + "; GB = 2**30 bytes\n")
@@ -666,8 +680,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if results:
         print("\nGoals (yes / NO / n/a):\n")
         print(goals_table(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"commit": commit, "models": results}, indent=1))
     return 0
 
 
