@@ -16,7 +16,8 @@ Rules (the code points back to them):
    rel error of a node's outputs against the other side (``fusionviz.compare``), NaN where a NaN/Inf
    appears.
 3. Fixed scales, so two panes and two models read alike: time in decades of milliseconds from
-   ≤ 0.01 ms to > 10 ms; memory in steps of 16× from ≤ 4 KB to > 16 MB; error on the comparison's
+   ≤ 0.01 ms to > 10 ms; memory in steps of 4× from ≤ 16 KB to > 4 MB (a feature map of a
+   CNN's first layers and of its last ones fall in different steps); error on the comparison's
    own scale (given by the caller).
 """
 
@@ -36,8 +37,8 @@ KINDS = {"change": "Change class", "time": "Time per node", "memory": "Memory wr
 
 #: Rule 3: the time scale (ms) and the memory scale (bytes).
 TIME_SCALE = ((0.01, "≤ 0.01 ms"), (0.1, "≤ 0.1 ms"), (1.0, "≤ 1 ms"), (10.0, "≤ 10 ms"), (math.inf, "> 10 ms"))
-MEMORY_SCALE = ((4096.0, "≤ 4 KB"), (65536.0, "≤ 64 KB"), (1048576.0, "≤ 1 MB"), (16777216.0, "≤ 16 MB"),
-                (math.inf, "> 16 MB"))
+MEMORY_SCALE = ((16384.0, "≤ 16 KB"), (65536.0, "≤ 64 KB"), (262144.0, "≤ 256 KB"), (1048576.0, "≤ 1 MB"),
+                (4194304.0, "≤ 4 MB"), (math.inf, "> 4 MB"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -94,3 +94,22 @@ def test_time_overlay_colours_both_panes_and_lives_in_the_link(server, browser, 
         screenshot(fresh, "overlay_time_link")
     finally:
         ctx.close()
+
+
+def test_memory_overlay_from_a_link_colours_both_panes(server, page):
+    from fusionviz.graphview.dot import MEMORY_FILLS
+
+    open_graph(page, server + "/graph?sample=resnet_ts&overlay=memory")
+    legend = page.locator(".fv-ovl", has_text="Memory written").first
+    legend.wait_for(timeout=240_000)
+    wait_idle(page, 240)
+    assert "writes ≤ 16 KB" in legend.inner_text() and "writes > 4 MB" in legend.inner_text()
+    palette = {f.lower() for f in MEMORY_FILLS}
+    for side in ("before", "after"):
+        fills = pane(page, side).evaluate(FILLS_JS)
+        assert len([f for f in fills if f in palette]) >= 10, side
+    # nodes onnxruntime fused into NCHWc kernels are sized too (from the profile)
+    after_text = pane(page, "after").evaluate("() => document.body.innerText")
+    assert "writes " in after_text and " KB" in after_text
+    assert_clean(page)
+    screenshot(page, "overlay_memory")

@@ -120,7 +120,7 @@ def test_each_overlay_draws_with_its_own_palette_unit_and_legend():
     mem = memory_overlay(m)
     r = render_graph(m, options=RenderOptions(**mem.render_options()))
     line = _line(r.dot, "Conv_12")
-    assert f'fillcolor="{MEMORY_FILLS[0]}"' in line and "writes 1 KB" in line  # 1 KB is in the ≤ 4 KB step
+    assert f'fillcolor="{MEMORY_FILLS[0]}"' in line and "writes 1 KB" in line  # 1 KB is in the ≤ 16 KB step
     assert [x[0] for x in mem.legend()] == [f"writes {label}" for _, label in MEMORY_SCALE]
     e = error_overlay([("Conv_12", 1e-3), ("Relu_14", math.nan)], ((1e-2, "≤ 1e-2"), (math.inf, "> 1e-2")))
     assert e.legend()[-1][0] == "NaN/Inf introduced" and e.text("Relu_14") == "NaN/Inf"

@@ -90,4 +90,4 @@ def test_the_overlay_comes_from_a_link(tmp_path):
     assert not at.exception and errors_of(at) == []
     assert at.selectbox(key=overlay_view.SELECT).value == "memory"
     legend = [m for m in at.markdown if "fv-ovl" in m.value]
-    assert legend and "writes ≤ 4 KB" in legend[0].value and "written by" in legend[0].proto.help
+    assert legend and "writes ≤ 16 KB" in legend[0].value and "written by" in legend[0].proto.help
