@@ -207,6 +207,9 @@ def _main() -> int:
     (data, feeds, runs, threads, folder), mem_mb = pickle.load(sys.stdin.buffer)  # written by our parent
     if mem_mb:
         limit = int(mem_mb) * 1024 * 1024
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)  # never above what this process may have (raising it fails)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
         result = ("ok", profile_here(data, feeds, runs, threads, folder))

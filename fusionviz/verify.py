@@ -67,8 +67,15 @@ def _env_mem_mb() -> int:
 #: Memory cap (MB, address space) and time limit (s) of an isolated verification child process;
 #: the cap defaults to half the machine's memory, at least 4 GB.
 VERIFY_MEM_MB = _env_mem_mb()
-#: How a message names the cap when it is what failed.
 def mem_cap_note() -> str:
+    """How a message names the cap when it is what failed (the child cannot exceed this
+    process's own address-space limit, which the note then names instead)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    if hard != resource.RLIM_INFINITY and hard >> 20 < VERIFY_MEM_MB:
+        return (f"this process's own address-space limit, {hard >> 20:,} MB (below the verification memory cap, "
+                f"{VERIFY_MEM_MB:,} MB, FUSIONVIZ_VERIFY_MEM_MB)")
     return f"the verification memory cap, {VERIFY_MEM_MB:,} MB (set FUSIONVIZ_VERIFY_MEM_MB to raise it)"
 
 

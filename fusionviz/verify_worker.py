@@ -28,6 +28,9 @@ def main() -> int:
     payload, mem_mb = pickle.load(sys.stdin.buffer)
     if mem_mb:
         limit = int(mem_mb) * 1024 * 1024
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)  # never above what this process may have (raising it fails)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     from fusionviz import errors
     from fusionviz.verify import probe_here, run_sets_here

@@ -204,6 +204,9 @@ _AT_ALL: dict[bytes, str | None] = {}  # model digest → verdict (the pipeline 
 _LOAD_AT_ALL = """
 import resource, sys
 lim = int(sys.argv[1]) << 20
+hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+if hard != resource.RLIM_INFINITY:
+    lim = min(lim, hard)
 resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
 import onnxruntime as ort
 so = ort.SessionOptions()
