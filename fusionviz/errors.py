@@ -106,7 +106,15 @@ class ArchiveError(NotOnnxError):
 
 
 class InputSpecError(FusionvizError):
-    """A bad flag or setting: unknown pass name, malformed --shape, bad .npz."""
+    """A bad flag or setting: unknown pass name, malformed --shape, bad .npz.
+
+    ``page``: the same in the app's words, where the message names a command-line flag (the app
+    has a control for it instead); None when the message reads the same in both.
+    """
+
+    def __init__(self, message: str = "", *, page: str | None = None) -> None:
+        super().__init__(message)
+        self.page = page
 
 
 class PassError(FusionvizError):

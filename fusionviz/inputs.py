@@ -573,9 +573,10 @@ def plan_inputs(model: onnx.ModelProto, spec: InputSpec | None = None) -> InputP
                     by_param[d] = value
         n = int(np.prod(dims, dtype=np.float64)) if dims else 1
         if n > MAX_INPUT_ELEMENTS:
-            raise errors.InputSpecError(
-                f"Input '{vi.name}' would have {n:,} elements (shape {dims}, declared {_fmt_declared(declared)}); "
-                f"give a smaller --shape {vi.name}=...")
+            what = (f"Input '{vi.name}' would have {n:,} elements (shape {dims}, declared "
+                    f"{_fmt_declared(declared)})")
+            raise errors.InputSpecError(f"{what}; give a smaller --shape {vi.name}=...",
+                                        page=f"{what}. {_page_fix(vi.name, declared)}")
         value = spec.values.get(vi.name)
         note = "given with --input" if value is not None else ""
         high = None
@@ -591,10 +592,21 @@ def plan_inputs(model: onnx.ModelProto, spec: InputSpec | None = None) -> InputP
     mb = plan.nbytes() / 2**20
     if mb > MAX_INPUT_MB:
         biggest = max(plan.choices, key=lambda c: int(np.prod(c.dims, dtype=np.float64)))
-        raise errors.InputSpecError(
-            f"The inputs would take {mb:,.0f} MB (limit {MAX_INPUT_MB:g} MB, FUSIONVIZ_MAX_INPUT_MB); "
-            f"'{biggest.name}' has shape {list(biggest.dims)}: give a smaller --shape {biggest.name}=...")
+        what = (f"The inputs would take {mb:,.0f} MB (limit {MAX_INPUT_MB:g} MB, FUSIONVIZ_MAX_INPUT_MB); "
+                f"'{biggest.name}' has shape {list(biggest.dims)}")
+        raise errors.InputSpecError(f"{what}: give a smaller --shape {biggest.name}=...",
+                                    page=f"{what}. {_page_fix(biggest.name, biggest.declared)}")
     return plan
+
+
+def _page_fix(name: str, declared: tuple | None) -> str:
+    """What to do about an input that is too large, in the app's words (no command-line flag)."""
+    free = [d if isinstance(d, str) and d else f"{name}[{i}]"
+            for i, d in enumerate(declared or ()) if not isinstance(d, int)]
+    if not free:
+        return "The model fixes all its dims, so fusionviz cannot make inputs for it."
+    return (f"Set a smaller size for {', '.join(free)} under Inputs on the Model page "
+            "(fusionviz's choice follows the model's other dims).")
 
 
 # --------------------------------------------------------------------------- older entry points

@@ -283,7 +283,7 @@ def input_plan(sha: str, spec_key: tuple, probe: bool, _proto: onnx.ModelProto, 
     try:
         plan = plan_inputs(_proto, _spec)
     except errors.FusionvizError as exc:
-        return None, str(exc)
+        return None, getattr(exc, "page", None) or str(exc)  # the app's words, not a CLI flag
     if probe and plan.has_choices:
         from fusionviz.verify import probe as _probe
 

@@ -364,6 +364,8 @@ def _inputs(loaded: Any) -> None:
     inputs = state.input_plan(loaded)
     if inputs.error:
         st.error(state.scrub(inputs.error))
+        if inputs.plan is None and state.free_dims(loaded):
+            _dims(loaded)  # the sizes to set are the fix
     plan = inputs.plan
     if plan is not None:
         _plan_table(loaded, plan)
