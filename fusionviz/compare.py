@@ -330,7 +330,9 @@ def _origins(node: onnx.NodeProto, key: str) -> list[str]:
 
 
 def _has_body(node: onnx.NodeProto) -> bool:
-    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+    from fusionviz.passes.walk import proto_subgraphs
+
+    return bool(proto_subgraphs(node))
 
 
 class _Side:
