@@ -11,7 +11,8 @@ Rules:
    backend's original is from onnxruntime's); a pass set that is already invalid or an error
    in onnxruntime keeps that verdict.
 3. :func:`time_cell` measures the variant against the original at onnxruntime level ``all``
-   with :func:`fusionviz.bench.run_benchmark` (isolated, interleaved workers). The ratio
+   with :func:`fusionviz.experiment.run.measure` (isolated, interleaved workers; a pass set that
+   leaves the model as it was is the original, measured once: ratio 1). The ratio
    is variant median / original median, and its interval is conservative: the variant's
    interval bounds over the original's opposite bounds.
 4. Nothing here raises for a bad model or a failing pass: the failure is the row.
@@ -295,7 +296,7 @@ def time_cell(ref: ModelRef, data: bytes | None, plan: PlanResult | Any, variant
         ``peak_mb`` (the variant's peak RSS while running, above the worker's baseline),
         ``variant_ms``, ``original_ms``, ``error``, ``note``.
     """
-    from fusionviz.bench import run_benchmark
+    from fusionviz.experiment.run import measure
 
     row: dict[str, Any] = {"min_time_s": min_time_s, "latency_ratio": None, "latency_lo": None,
                            "latency_hi": None, "peak_mb": None, "variant_ms": None, "original_ms": None,
@@ -308,7 +309,7 @@ def time_cell(ref: ModelRef, data: bytes | None, plan: PlanResult | Any, variant
         loaded = load_model(ref, data)
         optimized = _optimized(loaded.proto, variant.passes)
         variants = _bench_variants(loaded.proto, optimized, variant, backend)
-        results = run_benchmark(variants, shapes=plan.shapes(), min_time_s=min_time_s, warmup=3)
+        results, _ = measure(variants, shapes=plan.shapes(), min_time_s=min_time_s, warmup=3)
     except Exception as exc:  # noqa: BLE001 - rule 4
         if not isinstance(exc, errors.FusionvizError):
             logger.exception("timing %s / %s crashed", ref.name, variant.label)
