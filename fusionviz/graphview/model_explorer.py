@@ -25,7 +25,11 @@ The format is Model Explorer's adapter schema (``model_explorer/graph_builder.py
    original nodes a fused node came from), ``fusionviz.passes``, ``fusionviz.what`` (what
    changed), ``fusionviz.went_into`` (before side). Changed nodes also carry ``style`` in the
    change colours.
-5. Node data: ``ModelNodeData`` JSON, ``{graph id: GraphNodeData}``, each ``{"results": {node id:
+5. Control-flow bodies (If/Loop/Scan) are graphs of their own, ids ``<side>/<body path>``
+   (``after/If_0/then_branch``, nested ``after/If_0/then_branch/Loop_3/body``: ``graphview.bodies``),
+   and the node that holds them lists them in ``subgraphIds``, so Model Explorer opens them from
+   it; a body both sides have is compared on its own (its change class and provenance attrs).
+6. Node data: ``ModelNodeData`` JSON, ``{graph id: GraphNodeData}``, each ``{"results": {node id:
    {"value": number, "bgColor"?}}, "thresholds": [{"value", "bgColor"}], "gradient": [],
    "hideInAggregatedStatsTable", "hideInChildrenStatsTable", "showExpandedSummaryOnGroupNode",
    "showLabelCountColumnsInChildrenStatsTable"}`` (``to_json_string``: ``null`` fields dropped).
@@ -52,9 +56,9 @@ from fusionviz.graphview.model_graph import (
     scope_of,
 )
 
-#: Rule 5: the change class as a number.
+#: Rule 6: the change class as a number.
 CHANGE_VALUES = {"unchanged": 0, "changed": 1, "fused": 2, "added": 2, "removed": 3, "lifted": 4}
-#: Rule 5: the value a NaN takes in node data.
+#: Rule 6: the value a NaN takes in node data.
 NAN_VALUE = -1
 
 
@@ -97,8 +101,10 @@ def _attr_text(a: onnx.AttributeProto) -> str:
         return "?"
 
 
-def graph_json(model: onnx.ModelProto, graph_id: str, *, diff=None, side: str = "after") -> dict:
-    """Rules 1-4: one Model Explorer ``Graph`` (as a dict) of ``model``'s main graph."""
+def graph_json(model: onnx.ModelProto, graph_id: str, *, diff=None, side: str = "after",
+               subgraphs: Mapping[str, list[str]] | None = None) -> dict:
+    """Rules 1-5: one Model Explorer ``Graph`` (as a dict) of ``model``'s main graph
+    (``subgraphs``: node key -> ids of the graphs of its bodies)."""
     g = model.graph
     keys = node_keys(g.node)
     shapes = _shapes(model)
@@ -119,7 +125,8 @@ def graph_json(model: onnx.ModelProto, graph_id: str, *, diff=None, side: str = 
 
     def node(id_: str, label: str, namespace: str = "", attrs=(), incoming=(), outputs=(), inputs=(),
              style=None) -> dict:
-        return {"id": id_, "label": label, "namespace": namespace, "subgraphIds": [], "attrs": list(attrs),
+        return {"id": id_, "label": label, "namespace": namespace, "subgraphIds": list((subgraphs or {}).get(id_, ())),
+                "attrs": list(attrs),
                 "incomingEdges": list(incoming), "outputsMetadata": list(outputs), "inputsMetadata": list(inputs),
                 "style": style, "config": None}
 
@@ -171,6 +178,33 @@ def graph_json(model: onnx.ModelProto, graph_id: str, *, diff=None, side: str = 
             "nodeLabelsToHide": None, "tasksData": None, "layoutConfigs": None}
 
 
+def side_graphs(models: Mapping[str, onnx.ModelProto], side: str, graph_id: str, diff) -> list[dict]:
+    """Rule 5: the main graph of ``models[side]`` and one graph per control-flow body."""
+    from fusionviz import errors
+    from fusionviz.graphview.bodies import body_model, list_bodies
+    from fusionviz.graphview.diff import diff_models
+
+    model = models[side]
+    other = models["after" if side == "before" else "before"]
+    found = list_bodies(model)
+    subgraphs: dict[str, dict[str, list[str]]] = {}
+    for b in found:
+        subgraphs.setdefault(b.parent, {}).setdefault(b.node, []).append(f"{graph_id}/{b.path}")
+    out = [graph_json(model, graph_id, diff=diff, side=side, subgraphs=subgraphs.get(""))]
+    for b in found:
+        body = body_model(model, b.path)
+        try:
+            twin = body_model(other, b.path)
+        except errors.FusionvizError:
+            twin = None  # the other side has no such body (folded into its parent)
+        body_diff = None
+        if twin is not None and diff is not None:
+            body_diff = diff_models(twin, body) if side == "after" else diff_models(body, twin)
+        out.append(graph_json(body, f"{graph_id}/{b.path}", diff=body_diff, side=side,
+                              subgraphs=subgraphs.get(b.path)))
+    return out
+
+
 def graphs_json(label: str, graphs: list[dict]) -> dict:
     """Rules 1-2: the ``graphCollections`` document holding ``graphs``."""
     return {"graphCollections": [{"label": label, "graphs": graphs, "graphSorting": "node_count_desc"}]}
@@ -183,7 +217,7 @@ def _graph_node_data(results: dict, thresholds: list) -> dict:
 
 
 def overlay_node_data(overlays: Mapping[str, object]) -> dict:
-    """Rule 5: ``ModelNodeData`` of one overlay kind: graph id -> its ``GraphNodeData``
+    """Rule 6: ``ModelNodeData`` of one overlay kind: graph id -> its ``GraphNodeData``
     (``overlays``: graph id -> ``graphview.overlays.Overlay``)."""
     from fusionviz.graphview.build import value_fill
 
@@ -208,7 +242,7 @@ def overlay_node_data(overlays: Mapping[str, object]) -> dict:
 
 
 def change_node_data(diff, graph_ids: Mapping[str, str]) -> dict:
-    """Rule 5: the change class as ``ModelNodeData`` (``graph_ids``: side -> graph id)."""
+    """Rule 6: the change class as ``ModelNodeData`` (``graph_ids``: side -> graph id)."""
     out = {}
     for side, graph_id in graph_ids.items():
         status = diff.status_after if side == "after" else diff.status_before
@@ -226,8 +260,9 @@ def export_files(label: str, before: onnx.ModelProto, after: onnx.ModelProto, di
     """File name -> JSON text: ``graphs.json``, ``node_data_change.json`` and one
     ``node_data_<kind>.json`` per overlay kind (``overlays``: kind -> side -> Overlay)."""
     ids = dict(zip(("before", "after"), graph_ids, strict=True))
-    doc = graphs_json(label, [graph_json(before, ids["before"], diff=diff, side="before"),
-                              graph_json(after, ids["after"], diff=diff, side="after")])
+    models = {"before": before, "after": after}
+    doc = graphs_json(label, [g for side in ("before", "after")
+                              for g in side_graphs(models, side, ids[side], diff)])
     files = {"graphs.json": doc, "node_data_change.json": change_node_data(diff, ids)}
     for kind, by_side in (overlays or {}).items():
         files[f"node_data_{kind}.json"] = overlay_node_data({ids[s]: ov for s, ov in by_side.items()})

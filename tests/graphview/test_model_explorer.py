@@ -219,3 +219,29 @@ def test_cli_export_me_writes_files_model_explorer_reads(run_cli, tmp_path, repo
     bad = run_cli("export-me", "resnet_dynamo", "--passes", "", "-o", out)
     assert bad.code == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert np.isfinite(sum(r["value"] for r in time["after"]["results"].values()))
+
+
+def test_control_flow_bodies_are_graphs_their_nodes_open(tmp_path):
+    from fusionviz.graphview.bodies import list_bodies
+    from fusionviz.graphview.synthetic import control_flow_model
+    from fusionviz.passes import run_pipeline
+
+    model = control_flow_model()
+    r = run_pipeline(model, ["constant_folding", "identity_elimination"])
+    write_export(tmp_path, "cf", r.original, r.final, diff_models(r.original, r.final))
+    graphs = json.loads((tmp_path / "graphs.json").read_text())
+    validate_graphs(graphs)
+    by_id = {g["id"]: g for g in graphs["graphCollections"][0]["graphs"]}
+    paths = [b.path for b in list_bodies(r.original)]
+    assert "Loop_5/body/steps/If_2/then_branch" in paths
+    for p in paths:
+        assert f"before/{p}" in by_id
+    ids = set(by_id)
+    for g in by_id.values():
+        for n in g["nodes"]:
+            assert set(n["subgraphIds"]) <= ids  # every subgraph id names a graph of the file
+    holder = next(n for n in by_id["before"]["nodes"] if n["id"] == "If_2")
+    assert holder["subgraphIds"] == ["before/If_2/then_branch", "before/If_2/else_branch"]
+    nested = next(n for n in by_id["before/Loop_5/body"]["nodes"] if n["id"] == "steps/If_2")  # a name with '/'
+    assert nested["subgraphIds"] == ["before/Loop_5/body/steps/If_2/then_branch",
+                                     "before/Loop_5/body/steps/If_2/else_branch"]
