@@ -173,3 +173,15 @@ def test_passes_declare_what_they_mirror_in_onnxruntime():
     assert "attention_fusion" not in basic and "nchwc_layout" not in basic  # extended / layout in onnxruntime
     page = (PKG / "ui" / "passes_page.py").read_text()
     assert "_BASIC_KEYS" not in page and "registry.mirroring(\"basic\")" in page
+
+
+def test_pages_only_lay_out_and_call():
+    """No page starts a thread, builds benchmark variants or classifies passes by name: that is
+    fusionviz.experiment's (jobs, plan, build) and the passes' own declarations."""
+    for path in (PKG / "ui").glob("*_page.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "Thread":
+                raise AssertionError(f"{path.name}:{node.lineno} starts a thread")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Variant", "Builder"):
+                raise AssertionError(f"{path.name}:{node.lineno} builds a benchmark variant")
