@@ -366,13 +366,37 @@ def load_bytes(data: bytes, *, name: str = "upload.onnx", limits: Limits | None 
         raise errors.ModelTooLargeError(
             f"'{_short(name)}' is {_size(len(data))}, over the {_size(limits.max_model_bytes)} limit{_RAISE_MODEL}."
         )
+    if len(data) >= limits.weights_on_disk_bytes:
+        on_disk = _upload_on_disk(data, name)  # rule 9: the weights stay in a file fusionviz owns
+        if on_disk is not None:
+            return _finish(on_disk, name=name, size=len(data), source="upload", limits=limits, check=check)
     model = _parse(data, name)
+    _drop_weights_dir(model)
     if _uses_external_data(model):
         raise errors.ExternalDataError(
             f"'{_short(name)}' stores weights in external files; upload a .zip of the model's "
             "folder instead."
         )
     return _finish(model, name=name, size=len(data), source="upload", limits=limits, check=check)
+
+
+def _upload_on_disk(data: bytes, name: str) -> onnx.ModelProto | None:
+    """Rule 9 for a big upload: its bytes written to a folder fusionviz owns (removed when the
+    process ends) and read from there as a one-file model; None (nothing kept) when no weight is
+    large enough or the file refers to external data."""
+    folder = Path(tempfile.mkdtemp(prefix="fusionviz_upload_")).resolve()
+    try:
+        path = folder / "upload.onnx"
+        path.write_bytes(data)
+        model = _graph_of_one_file(path, name)
+    except OSError as exc:
+        logger.info("upload kept in memory: %s", exc)
+        model = None
+    if model is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    _OWNED_DIRS.append(folder)
+    return model
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, external: bool | None = None) -> Path:

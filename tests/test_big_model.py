@@ -239,6 +239,18 @@ def test_a_one_file_models_weights_are_read_where_they_lie_in_the_file(tmp_path)
     _same(_run(model_io.load_path(out).proto, IDS), _run(inline, IDS))
 
 
+def test_a_big_upload_keeps_its_weights_in_a_file_fusionviz_owns(tmp_path):
+    one, inline = _one_file(tmp_path)
+    loaded = model_io.load_bytes(one.read_bytes(), name="one.onnx", limits=ON_DISK)
+    assert loaded.source == "upload" and loaded.name == "one.onnx"
+    folder = Path(loaded.weights_dir)
+    assert folder.is_dir() and folder != one.parent.resolve()
+    assert loaded.proto.ByteSize() < 64 * 1024
+    _same(_run(loaded.proto, IDS), _run(inline, IDS))
+    small = model_io.load_bytes(one.read_bytes(), name="one.onnx")  # below the threshold: in memory
+    assert small.weights_dir is None
+
+
 def test_a_one_file_model_that_also_points_outside_its_folder_is_refused(tmp_path):
     one, inline = _one_file(tmp_path)
     m = onnx.ModelProto()
