@@ -91,3 +91,15 @@ def test_the_overlay_comes_from_a_link(tmp_path):
     assert at.selectbox(key=overlay_view.SELECT).value == "memory"
     legend = [m for m in at.markdown if "fv-ovl" in m.value]
     assert legend and "writes ≤ 16 KB" in legend[0].value and "written by" in legend[0].proto.help
+
+
+def test_stacked_panes_keep_the_panel_beside_them(app, tmp_path):
+    _open(app, tmp_path, ["fold_batchnorm", "fuse_conv_activation"])
+    goto(app, "graph")
+    app.toggle(key="graph_stacked").set_value(True).run()
+    fused = _fused(app)
+    app.session_state[state.SELECTED] = fused
+    app.session_state[graph_page.SEL_SIDE] = (fused, "after")
+    app.run()
+    assert not app.exception and errors_of(app) == []
+    assert "FusedConv" in _panel_html(app)
