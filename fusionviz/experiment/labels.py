@@ -70,15 +70,15 @@ def where(settings: Settings, run: Settings | None) -> list[str]:
         parts.append(f"{settings.threads} thread{'s' if settings.threads != 1 else ''}")
     if settings.provider != base.provider:
         parts.append(settings.provider.replace("ExecutionProvider", ""))
+    if parts and parts[0] != runtime(settings):  # say where, then what else differs
+        parts.insert(0, runtime(settings))
     return parts
 
 
 def label(role: Role, settings: Settings, run: Settings | None = None) -> str:
     """The display label of a variant in ``role`` under ``settings`` in a run at ``run``."""
     parts = where(settings, run)
-    if role.kind == LEVEL and not any(p.startswith("ORT ") for p in parts):
-        parts.insert(0, runtime(settings))
-    if role.kind == BACKEND and not parts[:1] == [runtime(settings)]:
+    if role.kind in (LEVEL, BACKEND) and not parts:  # the level or the runtime is the point
         parts.insert(0, runtime(settings))
     return words(role) + (" @" + ", ".join(parts) if parts else "")
 

@@ -63,7 +63,7 @@ def test_labels_are_made_from_roles_and_settings_in_one_place():
     assert labels.label(Role("backend", "openvino"), Settings(level="all", backend="openvino"), run) == \
         "original @OpenVINO"
     assert labels.label(Role("drop", "p"), Settings(level="off", denormal_as_zero=True), run) == \
-        "-p @denormals as zero"
+        "-p @ORT off, denormals as zero"
     assert labels.label(Role("selection", "ours"), Settings(level="off"), None) == "ours @ORT off"
 
 
