@@ -113,3 +113,34 @@ def test_memory_overlay_from_a_link_colours_both_panes(server, page):
     assert "writes " in after_text and " KB" in after_text
     assert_clean(page)
     screenshot(page, "overlay_memory")
+
+
+def test_model_explorer_download_follows_the_schema(server, page):
+    import io
+    import json
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graphview"))
+    from test_model_explorer import validate_graphs, validate_node_data
+
+    open_graph(page, server + "/graph?sample=resnet_ts&overlay=memory")
+    page.locator(".fv-ovl", has_text="Memory written").first.wait_for(timeout=240_000)
+    wait_idle(page, 240)
+    page.get_by_role("button", name="Export").first.click()
+    btn = page.locator(".st-key-graph_export_me button").first
+    btn.wait_for()
+    with page.expect_download(timeout=120_000) as info:
+        btn.click()
+    with open(info.value.path(), "rb") as f:
+        z = zipfile.ZipFile(io.BytesIO(f.read()))
+    names = sorted(z.namelist())
+    assert names == ["graphs.json", "node_data_change.json", "node_data_memory.json"], names
+    graphs = json.loads(z.read("graphs.json"))
+    validate_graphs(graphs)
+    for name in names[1:]:
+        validate_node_data(json.loads(z.read(name)), graphs)
+    ids = [g["id"] for g in graphs["graphCollections"][0]["graphs"]]
+    assert ids == ["before", "after"]
+    screenshot(page, "export_model_explorer")
