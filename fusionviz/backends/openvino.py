@@ -121,14 +121,15 @@ class OpenVinoCompiled:
 
     def __init__(self, model_bytes: bytes, settings: BackendSettings, *, threads: int) -> None:
         core = _core()
-        if isinstance(model_bytes, str):
+        source = model_bytes
+        if isinstance(model_bytes, str):  # a path: OpenVINO reads external data beside it
             with open(model_bytes, "rb") as f:
                 model_bytes = f.read()
         self._bytes = model_bytes
         self._settings = settings
         self._threads = int(threads)
         try:
-            model = core.read_model(model_bytes)
+            model = core.read_model(source)
         except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError and others
             why = first_sentence(exc)
             raise BackendError(f"OpenVINO cannot read the model: {why}", reason=why) from None
