@@ -16,6 +16,9 @@ Rules (the code points back to them):
    or changed it; on the before side, the node it went into.
 5. Near misses: those whose matched nodes or blocker include the node, with the pass (rule
    name), the node's part ("blocked here" or "matched") and the reason and hint.
+6. Totals across the pair (:func:`totals`): for the nodes that stand for the selection on the
+   other side, the sum of each additive overlay (time, bytes written), so a fused node's time
+   reads against the time of the nodes it replaced. Error is not additive and is left out.
 """
 
 from __future__ import annotations
@@ -217,3 +220,21 @@ def node_panel(model: onnx.ModelProto, key: str, side: str, *, diff=None, near_m
         went_into=went, passes=tuple(passes), near_misses=_near_rows(d["key"], near_misses),
         measures=tuple(measures),
     )
+
+
+#: Rule 6: overlays whose values add up over nodes.
+ADDITIVE = ("time", "memory")
+
+
+def totals(keys: Sequence[str], overlays: Iterable) -> tuple[tuple[str, str, int], ...]:
+    """Rule 6: (title, the sum as text, how many of ``keys`` have a value) per additive overlay."""
+    from fusionviz.graphview.build import format_value
+
+    out = []
+    for ov in overlays:
+        if ov.kind not in ADDITIVE:
+            continue
+        got = [v for v in (ov.value(k) for k in keys) if v is not None]
+        if got:
+            out.append((ov.title, format_value(float(sum(got)), ov.unit), len(got)))
+    return tuple(out)

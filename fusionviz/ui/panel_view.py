@@ -10,7 +10,9 @@ Rules (the code points back to them):
    computed for the pair), what changed, what it absorbed or went into, near misses, attributes,
    inputs and outputs (dtype, shape, bytes), weights (shape, dtype, bytes, min/max/mean).
 3. Then the other side: the nodes linked to it (what it became or came from, ``graphview.Links``),
-   the first one open and the others (up to :data:`MAX_OTHERS`) one click away.
+   with their total time and bytes written when those overlays were computed
+   (``graphview.panel.totals``), the first one open and the others (up to :data:`MAX_OTHERS`) one
+   click away.
 4. Everything is built outside the page (graphview); here it is only laid out, as compact HTML
    with every text escaped.
 """
@@ -181,7 +183,12 @@ def draw(height: int, models: dict[str, onnx.ModelProto], pair_key: tuple, diff:
             st.markdown(f"**{other.capitalize()}**: nothing stands for it.")
             return
         n = len(cp.others)
-        st.markdown(f"**{other.capitalize()}**: {n} node{'s' if n != 1 else ''}")
+        from fusionviz.graphview.panel import totals
+
+        sums = " · ".join(f"{title} {text}" + (f" ({k} of them)" if k != n else "")
+                          for title, text, k in totals(cp.others, ovs(other)))
+        st.markdown(f"**{other.capitalize()}**: {n} node{'s' if n != 1 else ''}"
+                    + (f" · in total: {sums}" if sums else ""))
         for i, (k, op) in enumerate(list(zip(cp.others, cp.other_ops, strict=True))[:MAX_OTHERS]):
             with st.expander(f"{op} · {k}", expanded=i == 0):
                 try:

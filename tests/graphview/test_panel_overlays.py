@@ -148,3 +148,14 @@ def test_node_times_map_every_kernel_to_its_node_even_unnamed_ones():
 def test_a_model_that_does_not_run_is_one_clear_error():
     with pytest.raises(errors.RuntimeLoadError, match="could not"):
         node_times(conv_bn_relu(), {"x": np.ones((1, 5, 8, 8), np.float32)}, runs=1, isolated=True)
+
+
+def test_totals_add_the_time_and_bytes_of_the_nodes_a_fused_node_stands_for():
+    from fusionviz.graphview.panel import totals
+
+    keys = ["Conv_12", "BatchNormalization_13", "Relu_14"]
+    t = time_overlay({"Conv_12": 0.5, "Relu_14": 0.25})
+    m = memory_overlay(conv_bn_relu())
+    e = error_overlay([("Conv_12", 1e-3)], ((math.inf, "all"),))
+    assert totals(keys, [t, m, e]) == (("time", "0.75 ms", 2), ("writes", "3 KB", 3))
+    assert totals(["nope"], [t]) == ()

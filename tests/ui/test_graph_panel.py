@@ -75,6 +75,8 @@ def test_time_overlay_from_the_selector_in_the_url_and_in_the_panel(app, tmp_pat
     app.session_state[graph_page.SEL_SIDE] = (fused, "after")
     app.run()
     assert "fv-meas'>time <b>" in _panel_html(app) and " ms</b>" in _panel_html(app)
+    other = [m.value for m in app.markdown if m.value.startswith("**Before**: ")]
+    assert other and "in total: time " in other[0]  # the nodes it replaced, timed on the before side
     app.selectbox(key=overlay_view.SELECT).set_value("change").run()
     assert "overlay" not in app.query_params
 
