@@ -450,6 +450,15 @@ def write_for_child(model: onnx.ModelProto | bytes, path: str | os.PathLike) -> 
     return save_model(model, p)
 
 
+def runtime_source(model: onnx.ModelProto, folder: str | os.PathLike) -> bytes | str:
+    """What to give a runtime that compiles a model (a backend's ``compile``): its bytes when
+    its weights are in memory, else the path of a copy written into ``folder`` (a folder the
+    caller owns and removes) with its data file beside (:func:`write_for_child`)."""
+    if weights_dir(model) is None:
+        return model.SerializeToString()
+    return str(write_for_child(model, Path(folder) / "model.onnx"))
+
+
 def data_file_of(path: str | os.PathLike) -> Path:
     """The data file :func:`save_model` writes beside ``path`` (it exists only when it did)."""
     p = Path(path)

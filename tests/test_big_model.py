@@ -193,6 +193,17 @@ def test_the_graph_diff_reads_weights_on_disk_by_content(tmp_path):
     assert d.status_after["layers.1.matmul"] == "changed", d.counts
 
 
+def test_the_compiled_view_compiles_a_model_whose_weights_stay_on_disk(tmp_path):
+    from fusionviz.backends.registry import get_backend
+    from fusionviz.graphview.compiled import compile_executed
+
+    if get_backend("openvino").quick_check() is not None:
+        pytest.skip("OpenVINO is not available here")
+    loaded = model_io.load_path(_small(tmp_path), limits=ON_DISK)
+    graph, seconds = compile_executed(loaded.proto, "openvino", shapes={"ids": [1, 4]})
+    assert graph is not None and seconds > 0
+
+
 def test_save_writes_the_weights_beside_and_the_result_reopens(tmp_path):
     src = _small(tmp_path / "src")
     loaded = model_io.load_path(src, limits=ON_DISK)

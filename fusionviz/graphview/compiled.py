@@ -329,19 +329,22 @@ def compile_executed(model: onnx.ModelProto, backend: str, *, shapes=None, layer
         fusionviz.backends.BackendError: it could not compile or run the model.
         fusionviz.errors.RenderError: the backend cannot describe what it executes.
     """
+    import tempfile
     import time
 
     from fusionviz.backends import get_backend
     from fusionviz.inputs import make_inputs
+    from fusionviz.model_io import runtime_source
 
     b = get_backend(backend)
     b.require()
     feeds = make_inputs(model, {k: list(v) for k, v in (shapes or {}).items()} or None)
     t0 = time.perf_counter()
-    compiled = b.compile(model.SerializeToString(), threads=threads,
-                         settings={"input_shapes": {k: list(v.shape) for k, v in feeds.items()},
-                                   "output_names": [o.name for o in model.graph.output],
-                                   "profile_layers": bool(layer_times)})
+    with tempfile.TemporaryDirectory(prefix="fusionviz_compile_") as tmp:  # weights on disk: a file with its data
+        compiled = b.compile(runtime_source(model, tmp), threads=threads,
+                             settings={"input_shapes": {k: list(v.shape) for k, v in feeds.items()},
+                                       "output_names": [o.name for o in model.graph.output],
+                                       "profile_layers": bool(layer_times)})
     compile_s = time.perf_counter() - t0
     graph = compiled.executed_graph()
     if graph is None:

@@ -227,14 +227,17 @@ def _backend_verdict(original, plan, variant: PassSet, backend: str, cell) -> di
     def failed(message: str) -> dict:
         return {"status": "error", "verified": False, "error": message, "detail": message}
 
-    try:
-        comp_a = impl.compile(original.SerializeToString(), settings=settings)
-    except Exception as exc:  # noqa: BLE001 - BackendError, or a runtime's own type
-        return failed(f"{title} cannot run the original model: {_sentence(exc)}")
-    try:
-        comp_b = impl.compile(optimized.SerializeToString(), settings=settings)
-    except Exception as exc:  # noqa: BLE001
-        return failed(f"{title} cannot run the optimized model where it runs the original: {_sentence(exc)}")
+    from fusionviz.model_io import runtime_source
+
+    with tempfile.TemporaryDirectory(prefix="fusionviz_sweep_") as tmp:  # weights on disk: files with their data
+        try:
+            comp_a = impl.compile(runtime_source(original, Path(tmp) / "a"), settings=settings)
+        except Exception as exc:  # noqa: BLE001 - BackendError, or a runtime's own type
+            return failed(f"{title} cannot run the original model: {_sentence(exc)}")
+        try:
+            comp_b = impl.compile(runtime_source(optimized, Path(tmp) / "b"), settings=settings)
+        except Exception as exc:  # noqa: BLE001
+            return failed(f"{title} cannot run the optimized model where it runs the original: {_sentence(exc)}")
     ort_ref = make_session(original)
     diffs = []
     done = []
