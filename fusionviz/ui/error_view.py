@@ -48,11 +48,11 @@ def current(loaded: Any, key: tuple, before: onnx.ModelProto, after: onnx.ModelP
     if not enabled():
         return None
     if in_body:
-        return ("Colour by error compares the main graphs: a body is compared through the outputs of the node "
+        return ("The error overlay compares the main graphs: a body is compared through the outputs of the node "
                 "that holds it. Go back to the main graph to see the colours.")
     inputs = state.input_plan(loaded)
     if inputs.plan is None:
-        return f"Colour by error needs inputs the model runs on: {inputs.error}"
+        return f"The error overlay needs inputs the model runs on: {inputs.error}"
     with st.spinner("Comparing every tensor of the two graphs in onnxruntime...", show_time=True):
         return cache.compare(key, inputs.key, before, after, inputs.plan)
 
