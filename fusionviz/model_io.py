@@ -528,7 +528,11 @@ def _save_external(model: onnx.ModelProto, p: Path) -> bool:
     else:
         partial.unlink(missing_ok=True)
     out.graph.CopyFrom(graph)
-    p.write_bytes(out.SerializeToString())
+    # Written beside and renamed: a one-file model's weights are read from its own file, which
+    # must keep its bytes (a new inode) while anything still maps the old one.
+    graph_partial = p.with_name(p.name + ".partial")
+    graph_partial.write_bytes(out.SerializeToString())
+    os.replace(graph_partial, p)
     return moved
 
 

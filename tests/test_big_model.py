@@ -254,6 +254,11 @@ def test_a_one_file_models_weights_are_read_where_they_lie_in_the_file(tmp_path)
     out, data = model_io.save_model_files(result.final, tmp_path / "out" / "r.onnx")
     assert data is not None
     _same(_run(model_io.load_path(out).proto, IDS), _run(inline, IDS))
+    # saved over the very file its weights are read from: copied out first, then replaced
+    session = verify.make_session(loaded.proto)  # holds the old file
+    model_io.save_model(loaded.proto, one)
+    _same(_run(model_io.load_path(one).proto, IDS), _run(inline, IDS))
+    _same(verify.run_model(session, {"ids": IDS})["y"], _run(inline, IDS))
 
 
 def test_a_big_upload_keeps_its_weights_in_a_file_fusionviz_owns(tmp_path):
