@@ -1,0 +1,59 @@
+"""Collapse by structure in Chromium (collapse rule 5): a Paddle OCR detector whose names carry no
+scope is drawn as its repeated blocks in both panes, and opening a block in one pane opens it in
+both. Screenshots go to ``artifacts/screens/``."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from urllib import parse
+
+import pytest
+from conftest import assert_clean, fresh_server, screenshot, wait_idle
+from test_graph_daily import pane
+
+pytestmark = pytest.mark.e2e
+
+WILD = Path.home() / ".cache" / "fusionviz" / "wild" / "models"
+BLOCKS_JS = "() => [...document.querySelectorAll('g.node')].map(g => g.id).filter(i => i.startsWith('fv-s-'))"
+VISIBLE_JS = """() => [...document.querySelectorAll('g.node')].filter(g => g.id.startsWith('fv-s-')).filter(g => {
+  const r = g.getBoundingClientRect();
+  return r.width > 8 && r.left >= 0 && r.top >= 0 && r.right <= innerWidth && r.bottom <= innerHeight;
+}).map(g => g.id)"""
+
+
+def _blocks(page, side: str) -> set[str]:
+    return {parse.unquote(i[len("fv-s-"):]) for i in pane(page, side).evaluate(BLOCKS_JS)}
+
+
+def test_a_paddle_detector_collapses_into_blocks_that_open_in_both_panes(browser):
+    found = sorted(glob.glob(str(WILD / "ppocr_v4_det" / "*.onnx")))
+    if not found:
+        pytest.skip("the wild corpus (ppocr_v4_det) is not cached here")
+    with fresh_server("--model", found[0], name="blocks") as url:
+        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+        page = ctx.new_page()
+        page.set_default_timeout(300_000)
+        try:
+            page.goto(url + "/graph")
+            page.get_by_role("heading", name="Graph: before and after", exact=True).first.wait_for()
+            wait_idle(page, 300)
+            before, after = _blocks(page, "before"), _blocks(page, "after")
+            assert len(before) >= 20 and len(after) >= 10, (before, after)
+            visible = {parse.unquote(i[len("fv-s-"):]) for i in pane(page, "before").evaluate(VISIBLE_JS)}
+            both = sorted(visible & after, key=lambda b: (len(b), b))
+            assert both, (visible, after)
+            screenshot(page, "blocks_ppocr_closed")
+            target = both[0]
+            eid = "fv-s-" + parse.quote(target, safe="")
+            pane(page, "before").locator(f'g.node[id="{eid}"]').first.click()
+            wait_idle(page, 300)
+            page.wait_for_timeout(500)
+            wait_idle(page, 300)
+            assert target not in _blocks(page, "before") and target not in _blocks(page, "after")
+            query = parse.parse_qs(parse.urlparse(page.url).query)
+            assert target in query.get("g.expanded", []), page.url
+            assert_clean(page)
+            screenshot(page, "blocks_ppocr_one_open")
+        finally:
+            ctx.close()
