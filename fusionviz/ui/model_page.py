@@ -33,9 +33,19 @@ PATH_INPUT = "open_path"
 KIND_WORDS = {
     "image": "image side",
     "seq": "sequence length",
-    "audio": "audio samples, 1 s at 16 kHz",
+    "audio": "audio samples",
     "other": "free dim",
 }
+
+
+def kind_words(kind: str, value: Any) -> str:
+    """Why a free dim has its value, in words; audio says how long the value is at 16 kHz."""
+    words = KIND_WORDS.get(kind, "free dim")
+    if kind == "audio" and isinstance(value, int) and value > 0:
+        ms = value / 16.0
+        length = f"{ms / 1000:g} s" if ms >= 1000 else f"{ms:g} ms"
+        words += f", {length} at 16 kHz"
+    return words
 
 
 def _load_sample(name: str) -> None:
@@ -219,7 +229,7 @@ def _how(loaded: Any, plan: Any) -> dict[str, list[str]]:
             elif key in set_by_user:
                 why = "set by you"
             elif i in chosen:
-                why = f"chosen: {KIND_WORDS.get(chosen[i], 'free dim')}"
+                why = f"chosen: {kind_words(chosen[i], value)}"
             elif key in first_seen:
                 why = f"same as in {first_seen[key]}"
             else:

@@ -45,3 +45,12 @@ def test_the_model_page_offers_the_dim_to_set_and_setting_it_fixes_the_plan(app,
     assert not app.exception
     assert not any("would have" in e for e in errors_of(app))
     assert app.session_state[state.DIMS] == {"h": 32}
+
+
+def test_audio_dims_say_how_long_they_are():
+    from fusionviz.ui.model_page import kind_words
+
+    assert kind_words("audio", 512) == "audio samples, 32 ms at 16 kHz"
+    assert kind_words("audio", 16000) == "audio samples, 1 s at 16 kHz"
+    assert kind_words("audio", 48000) == "audio samples, 3 s at 16 kHz"
+    assert kind_words("image", 224) == "image side"
