@@ -174,3 +174,27 @@ def test_if_switches_names_the_scalar_an_if_picks_its_branch_by(tf_model):
     assert if_switches(model) == ["sr"]
     assert "--freeze sr=VALUE" in _freeze_hint(model, None)
     assert _freeze_hint(model, {"sr": np.array(16000)}) == ""
+
+
+def _ocr_recognizer_like(tmp_path):
+    """x float[N, 3, h, w] read through a Reshape to height 48: it runs at 48×48, not 224×224."""
+    m = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    rec (float[N, 3, h, w] x) => (float[N, 3, 48, W] y) {
+        shape = Constant <value = int64[4] {1, 3, 48, -1}> ()
+        y = Reshape (x, shape)
+    }
+    """)
+    path = tmp_path / "rec.onnx"
+    onnx.save(m, path)
+    return path
+
+
+def test_info_and_optimize_plan_the_same_inputs(tmp_path, capsys):
+    path = _ocr_recognizer_like(tmp_path)
+    code, out, err = _run(capsys, "info", str(path))
+    assert code == 0, err
+    code2, _, err2 = _run(capsys, "optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--passes", "identity_elimination")
+    assert code2 == 0, err2
+    assert "x: float32[1,3,48,48]" in out, out
+    assert "float32[1,3,48,48]" in err2, err2

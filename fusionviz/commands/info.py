@@ -66,7 +66,15 @@ def run(args) -> int:
 
         plan = plan_inputs(loaded.proto)
         if plan.has_choices:
-            print("run with (fusionviz's choice for the free dims and values; change with --shape / --input)")
+            note = ""
+            try:  # the plan optimize, verify and bench use: the first candidate the model runs on
+                from fusionviz.verify import probe
+
+                plan = probe(loaded.proto, plan)
+            except Exception as exc:  # noqa: BLE001 - said on the line below; optimize stops on it
+                note = f" - the model did not run on any of fusionviz's choices ({printable(exc, 160)})"
+            print("run with (fusionviz's choice for the free dims and values; change with --shape / --input)"
+                  + note)
             for line in plan.describe_lines():
                 print(f"  {_t(line, 2 * NAME_CHARS)}")
     except Exception as exc:  # noqa: BLE001 - the plan is an extra here; optimize reports it properly
