@@ -197,6 +197,57 @@ def _change_target(ch) -> str | None:
     return (ch.outputs[0] if ch.outputs else None) or (ch.inputs[0] if ch.inputs else None)
 
 
+#: At least this many changes of one kind and one op pattern are one line, their sites a list.
+GROUP_MIN = 3
+
+
+def group_changes(changes: Any) -> list[tuple[str, list[tuple[int, Any]]]]:
+    """The changes of a pass in their order, those of one kind and op pattern (eight
+    ``Add + LayerNormalization → SkipLayerNormalization``) together: ``(pattern, [(index, change)])``
+    per group, at the place of its first change."""
+    groups: dict[tuple, list[tuple[int, Any]]] = {}
+    for j, ch in enumerate(changes):
+        key = (ch.kind.value, tuple(ch.in_ops), tuple(ch.out_ops)) if (ch.in_ops or ch.out_ops) else ("#", j)
+        groups.setdefault(key, []).append((j, ch))
+    out = []
+    for key, members in groups.items():
+        if key[0] == "#":
+            pattern = ""
+        else:
+            pattern = f"`{key[0]}` {' + '.join(key[1]) or '-'} → {' + '.join(key[2]) or '-'}"
+        out.append((pattern, members))
+    return out
+
+
+def _change_row(ch: Any, k: int, j: int, where: Any = None) -> None:
+    """One change with its focus button (``where``: the container, default the page)."""
+    box = where if where is not None else st
+    c1, c2 = box.columns([8, 1], vertical_alignment="center")
+    c1.markdown(f"`{ch.kind.value}` {ch.describe().split(': ', 1)[-1]}")
+    target = _change_target(ch)
+    if target and c2.button("", icon=":material/center_focus_strong:", key=f"chg_{k}_{j}",
+                            help="Focus the graph on this change"):
+        st.session_state[state.FOCUS] = target
+        st.session_state[state.SELECTED] = target
+        st.session_state[state.COMPARE] = f"step:{k}"
+        common.switch("graph", focus=target)
+
+
+def _change_list(rep: Any, k: int, limit: int = 60) -> None:
+    """The changes of step ``k``: many of one kind and pattern are one line whose sites open in a
+    popover, the others one line each."""
+    for pattern, members in group_changes(rep.changes[:limit]):
+        if len(members) < GROUP_MIN or not pattern:
+            for j, ch in members:
+                _change_row(ch, k, j)
+            continue
+        c1, c2 = st.columns([8, 1], vertical_alignment="center")
+        c1.markdown(f"**{len(members)} ×** {pattern}")
+        with c2.popover(f"{len(members)}", help="The sites, each with a button that focuses the graph on it"):
+            for j, ch in members:
+                _change_row(ch, k, j)
+
+
 STATUS_BADGE = {
     "applied": ":green-badge[applied]",
     "unchanged": ":gray-badge[unchanged]",
@@ -259,16 +310,7 @@ def _changes(result: Any) -> None:
                 st.caption("Found nothing to change in this model: no site got past the first op of any of "
                            "this pass's patterns.")
             _near_misses(rep, k)
-            for j, ch in enumerate(rep.changes[:60]):
-                c1, c2 = st.columns([8, 1], vertical_alignment="center")
-                c1.markdown(f"`{ch.kind.value}` {ch.describe().split(': ', 1)[-1]}")
-                target = _change_target(ch)
-                if target and c2.button("", icon=":material/center_focus_strong:", key=f"chg_{k}_{j}",
-                                        help="Focus the graph on this change"):
-                    st.session_state[state.FOCUS] = target
-                    st.session_state[state.SELECTED] = target
-                    st.session_state[state.COMPARE] = f"step:{k}"
-                    common.switch("graph", focus=target)
+            _change_list(rep, k)
             if n > 60:
                 st.caption(f"... and {n - 60} more (download the report below for all of them).")
 
