@@ -450,6 +450,47 @@ def write_for_child(model: onnx.ModelProto | bytes, path: str | os.PathLike) -> 
     return save_model(model, p)
 
 
+def bytes_on_disk(model: onnx.ModelProto) -> int:
+    """Bytes of ``model``'s weights that stay on disk (rule 9); 0 when all are in memory."""
+    if weights_dir(model) is None:
+        return 0
+    return sum(_external_place(t)[2] or 0 for t in model.graph.initializer
+               if t.data_location == onnx.TensorProto.EXTERNAL)
+
+
+def one_file_bytes(model: onnx.ModelProto) -> bytes:
+    """``model`` as the bytes of one ``.onnx`` file (a download): weights on disk (rule 9) are
+    read into it and the weights-folder entry dropped.
+
+    Raises:
+        errors.ModelTooLargeError: the model cannot be one file (protobuf's 2 GB limit).
+    """
+    folder = weights_dir(model)
+    if folder is None:
+        return model.SerializeToString()
+    total = model.ByteSize() + bytes_on_disk(model)
+    if total > PROTO_MAX_BYTES:
+        raise errors.ModelTooLargeError(
+            f"The model is {_size(total)}, over protobuf's 2 GB limit for one file; save it with its weights "
+            "beside it (python -m fusionviz optimize MODEL -o OUT.onnx writes OUT.onnx.data).")
+    out = _without_field(model, "graph")
+    _drop_weights_dir(out)
+    g = out.graph
+    g.CopyFrom(_without_field(model.graph, "initializer"))
+    for t in model.graph.initializer:
+        new = g.initializer.add()
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            new.CopyFrom(t)
+            continue
+        new.CopyFrom(_without_field(t, "external_data"))
+        new.ClearField("data_location")
+        loc, offset, length = _external_place(t)
+        with open(Path(folder) / loc, "rb") as f:
+            f.seek(offset)
+            new.raw_data = f.read(length) if length is not None else f.read()
+    return out.SerializeToString()
+
+
 def runtime_source(model: onnx.ModelProto, folder: str | os.PathLike) -> bytes | str:
     """What to give a runtime that compiles a model (a backend's ``compile``): its bytes when
     its weights are in memory, else the path of a copy written into ``folder`` (a folder the

@@ -122,11 +122,9 @@ def test_per_tensor_comparison_reads_the_weights_from_disk(tmp_path):
 
 
 def test_bench_workers_and_node_timing_get_the_weights_from_disk(tmp_path):
-    from fusionviz.bench import Variant, run_benchmark
-    from fusionviz.profile import node_times
-
     from fusionviz.backends.registry import get_backend
-    from fusionviz.bench import Settings
+    from fusionviz.bench import Settings, Variant, run_benchmark
+    from fusionviz.profile import node_times
 
     loaded = model_io.load_path(_small(tmp_path), limits=ON_DISK)
     variants = [Variant("A", loaded.proto)]
@@ -218,6 +216,17 @@ def test_save_writes_the_weights_beside_and_the_result_reopens(tmp_path):
     _same(_run(model_io.load_path(src).proto, IDS), _run(again.proto, IDS))
     with pytest.raises(errors.InputSpecError, match="external data"):
         model_io.save_model(loaded.proto, tmp_path / "one.onnx", external=False)
+
+
+def test_a_download_is_one_file_with_the_weights_read_into_it(tmp_path):
+    loaded = model_io.load_path(_small(tmp_path), limits=ON_DISK)
+    data = model_io.one_file_bytes(loaded.proto)
+    m = onnx.ModelProto.FromString(data)
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in m.graph.initializer)
+    assert model_io.WEIGHTS_DIR_KEY not in {p.key for p in m.metadata_props}
+    assert model_io.bytes_on_disk(loaded.proto) >= 5 << 20 and model_io.bytes_on_disk(m) == 0
+    _same(_run(m, IDS), _run(loaded.proto, IDS))
+    assert model_io.one_file_bytes(m) == m.SerializeToString()
 
 
 def test_external_data_on_request_and_none_when_nothing_is_large(tmp_path, tiny_model):

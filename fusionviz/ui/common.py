@@ -372,10 +372,17 @@ def exports(loaded: Any, result: Any, verify_result: Any = None, bench: dict | N
     rep = build_report(loaded, result, verify_result, bench)
     stem = loaded.name.rsplit(".", 1)[0]
     c = st.columns(4)
-    c[0].download_button("Optimized model (.onnx)", final.SerializeToString, file_name=export_name(loaded),
-                         mime="application/octet-stream", key="dl_model", icon=":material/download:",
-                         width="stretch", on_click="ignore",
-                         help="The model after the selected passes, as the command in the report writes it.")
+    from fusionviz import model_io
+
+    if final.ByteSize() + model_io.bytes_on_disk(final) > model_io.PROTO_MAX_BYTES:
+        c[0].caption("The optimized model is over 2 GB, too big for one file: the command in the report "
+                     "writes it with its weights beside it (OUT.onnx.data).")
+    else:
+        c[0].download_button("Optimized model (.onnx)", lambda: model_io.one_file_bytes(final),
+                             file_name=export_name(loaded), mime="application/octet-stream", key="dl_model",
+                             icon=":material/download:", width="stretch", on_click="ignore",
+                             help="The model after the selected passes, as the command in the report writes it "
+                                  "(one file: weights kept on disk are read into it).")
     c[1].download_button("Report (JSON)", lambda: report.to_json(rep), file_name=f"{stem}.fusionviz.json",
                          mime="application/json", key="dl_json", icon=":material/download:", width="stretch",
                          on_click="ignore")
