@@ -7,6 +7,7 @@ and exits 2; the app shows it with ``st.error``. Anything else that escapes is a
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 #: Longest message a user sees; model-derived names can be 10,000 characters long.
@@ -142,3 +143,31 @@ class BenchError(FusionvizError):
 class GraphPathError(FusionvizError):
     """A body path (``NODE/then_branch``, nested ``NODE/then_branch/NODE/body``) names no
     If/Loop/Scan body of the model; the message names the bodies there are."""
+
+
+_ORT_ALLOC = re.compile(r"Failed to allocate memory for requested buffer of size (\d+)")
+_ORT_NODE = re.compile(r"while running (\w+) node\. Name:'([^']*)'")
+#: onnxruntime's own source position and the C++ function around it, e.g.
+#: "/onnxruntime_src/onnxruntime/core/framework/bfc_arena.cc:376 void* onnxruntime::BFCArena::
+#: AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, onnxruntime::WaitNotificationFn) ".
+_ORT_SOURCE = re.compile(r"(?:\S*/)?[\w\-]+\.(?:cc|cpp|h):\d+(?:\s+[\w:<>*&~ ]+\([^()]*\)(?:\s*const)?)?\s*")
+
+
+def _size(n: int) -> str:
+    for unit, div in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def readable_runtime_message(text: str) -> str:
+    """onnxruntime's internal messages in words: its allocator's ``bfc_arena.cc`` failure becomes
+    one line saying how much memory which node wanted; any other source position and C++
+    signature of onnxruntime's is cut out. Other text comes back as it is."""
+    alloc = _ORT_ALLOC.search(text)
+    if alloc:
+        node = _ORT_NODE.search(text)
+        where = f" for node '{node.group(2)}' ({node.group(1)})" if node else ""
+        return (f"onnxruntime ran out of memory: it could not allocate {_size(int(alloc.group(1)))}{where}. "
+                "Smaller inputs need less (Inputs on the Model page).")
+    return _ORT_SOURCE.sub("", text) if ".cc:" in text or ".h:" in text else text

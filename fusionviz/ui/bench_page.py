@@ -367,7 +367,7 @@ def _inputs_caption(loaded: Any) -> None:
     """Rule 4: say which inputs every variant is fed (set on the Model page)."""
     inputs = state.input_plan(loaded)
     if inputs.error:
-        st.warning(f"Inputs: {inputs.error}")
+        st.warning(f"Inputs: {state.scrub(inputs.error)}")
     if inputs.plan is not None:
         st.caption("Inputs (set on the Model page): " + "; ".join(
             f"`{c.name}` {c.dtype}[{','.join(map(str, c.dims))}]" for c in inputs.plan.choices))
@@ -394,7 +394,7 @@ def body() -> None:
         return
     err = st.session_state.get("fv_bench_error")
     if err:
-        st.error(err)
+        st.error(state.scrub(err))
     bench = st.session_state.get(state.BENCH)
     if bench and bench["context"].get("sha256") == loaded.sha256:
         results, context = bench["results"], bench["context"]

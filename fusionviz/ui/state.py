@@ -276,9 +276,12 @@ def decode_opt(name: str, values: list[str]) -> Any:
 
 
 def scrub(text: str) -> str:
-    """``text`` with every absolute path cut to its file name (no server paths reach the user)."""
+    """``text`` with every absolute path cut to its file name (no server paths reach the user),
+    and onnxruntime's internal messages in words (``errors.readable_runtime_message``: a raw
+    ``bfc_arena.cc`` allocation failure never reaches the page)."""
     import re
 
+    text = errors.readable_runtime_message(str(text))
     return re.sub(r"(?<![\w.:/])(?:/[^\s/'\"`:;,()]+)+/([^\s/'\"`:;,()]+)", r"\1", text)
 
 
