@@ -83,7 +83,7 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
         namer = Namer(model)
         opset = onnx_opset(model)
         consumed: list[ir.Value] = []
-        mask_cache: dict[int, ir.Value] = {}
+        mask_cache: dict[object, ir.Value] = {}
         fused = 0
         for node in list(model.graph):
             if node.op_type != "Softmax" or node.domain != "" or node.graph is None:
@@ -117,11 +117,14 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
                             cast.outputs[0].name = namer(f"{src.name}_int32")
                             mask_input = mask_cache[id(src)] = cast.outputs[0]
                     else:
-                        bias_input = mask_cache.get(id(m.mask))
+                        # a (B, 1, 1, T) mask is expanded to (B, 1, T, T) for self-attention only:
+                        # rule 7's query may have another length than the key
+                        self_attention = "projs" in info
+                        bias_input = mask_cache.get((id(m.mask), self_attention))
                         if bias_input is None:
-                            bias_input = bias_mask(m.mask, model, namer, info["num_heads"])
+                            bias_input = bias_mask(m.mask, model, namer, info["num_heads"], expand=self_attention)
                             if bias_input is not None:
-                                mask_cache[id(m.mask)] = bias_input
+                                mask_cache[(id(m.mask), self_attention)] = bias_input
                         if bias_input is None:
                             shp = list(m.mask.shape.dims) if m.mask.shape is not None else "unknown"
                             raise Reject(f"mask of shape {shp} is neither an attention_mask nor (B,1|N,S,T)",

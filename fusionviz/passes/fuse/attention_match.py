@@ -24,7 +24,23 @@ TorchScript exports scale with ``Div(scores, sqrt(d))`` after QK^T and build the
    -inf), so the guard goes into the fusion only when no row can be all -inf: no mask, the
    attention_mask form with its finite filter value, or a constant mask of finite values
    (:func:`_finite_mask`). Then it is a no-op. Otherwise the block stays, a near miss at the
-   IsNaN.
+   IsNaN. torch's dynamo export of ``transformers``' causal and padding masks is
+   ``Where(keep, 0, finfo.min)``: finite constants on both branches, so finite.
+4. GPT-2's packed ``c_attn`` (:func:`packed_projections`): ``Split`` into Q, K, V of
+   ``Reshape(Gemm(Reshape(x, (-1, hidden)), W, b), (B, S, 3·hidden))``; W is the packed weight.
+5. The key transposed through 3-D (:func:`_swap_last_two`), as the dynamo exporter writes
+   ``k.transpose(-2, -1)``: ``Reshape(Transpose(Reshape(k, T1), (0, 2, 1)), T2)`` with T1, T2
+   either Shape/Slice/Concat expressions that swap k's last two dims whatever its shape, or
+   constants checked against the head shape and k's inferred batch and length (a wrong pair
+   could regroup rows with the same sizes).
+6. A context reshaped to (-1, hidden) for a Gemm (GPT-2): that Reshape stays and reads the
+   fused (B, S, hidden) output. A head reshape to (B, S, -1, H) (ViT) takes the head count
+   from the projection width; a constant all-zero mask (ViT's, folded) is dropped.
+7. When Q, K, V are not plain projections of one input (rotary embeddings on Q and K, K and V
+   repeated over grouped heads: Llama, Qwen2) the core alone becomes ``MultiHeadAttention``
+   (:func:`match_heads_attention`): the (B, N, S, H) query made (B, S, N·H), key and value in
+   the kernel's 4-D form, the mask as ``attention_bias`` (a (B, 1, 1, T) mask is not expanded:
+   the query may be shorter than the key).
 """
 
 from __future__ import annotations
@@ -596,8 +612,9 @@ def raw_mask(mask: ir.Value) -> tuple[ir.Value, float] | None:
     return v, c
 
 
-def bias_mask(mask: ir.Value, model: ir.Model, namer: Namer, n_heads: int) -> ir.Value | None:
-    """A float mask of shape (B|1, 1|N, S|1, T) as Attention's attention_bias (expanded if needed)."""
+def bias_mask(mask: ir.Value, model: ir.Model, namer: Namer, n_heads: int, *, expand: bool = True) -> ir.Value | None:
+    """A float mask of shape (B|1, 1|N, S|1, T) as the kernel's attention_bias; a (B, 1, 1, T)
+    one is expanded to (B, 1, T, T) when ``expand`` (self-attention: S == T), else refused."""
     if mask.dtype not in (None, ir.DataType.FLOAT) or mask.shape is None or len(mask.shape) != 4:
         return None
     dims = list(mask.shape.dims)
@@ -605,7 +622,7 @@ def bias_mask(mask: ir.Value, model: ir.Model, namer: Namer, n_heads: int) -> ir
         return None
     if dims[2] == 1:
         # (B, 1, 1, T): Attention wants (B, 1, S, T); S == T for self-attention.
-        if not all(isinstance(d, int) for d in dims):
+        if not expand or not all(isinstance(d, int) for d in dims):
             return None
         target = new_initializer(model, namer, f"{mask.name}_bias_shape",
                        np.array([dims[0], dims[1], dims[3], dims[3]], np.int64))

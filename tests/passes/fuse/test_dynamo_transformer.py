@@ -178,7 +178,7 @@ def _repeat_kv(g: _G, t: str, seq: str) -> str:
     return g.op("Reshape", [e, g.i64(1, NH, -1, HS)], allowzero=1)
 
 
-def llama_model(layers: int = 2) -> onnx.ModelProto:
+def llama_model(layers: int = 2, keep_shape: tuple = (1, 1, "seq", "seq")) -> onnx.ModelProto:
     g = _G(3)
     x = "x"
     # the sequence length is dynamic, as in the export: positions, cos/sin and the K/V repeat
@@ -201,7 +201,7 @@ def llama_model(layers: int = 2) -> onnx.ModelProto:
         x = g.op("Add", [x, _linear(g, ctx, HID, HID, bias=False)])
     y = _rms(g, x)
     return g.model([oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, "seq", HID]),
-                    oh.make_tensor_value_info("keep", onnx.TensorProto.BOOL, [1, 1, "seq", "seq"])],
+                    oh.make_tensor_value_info("keep", onnx.TensorProto.BOOL, list(keep_shape))],
                    [oh.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [1, "seq", HID])])
 
 
@@ -212,7 +212,8 @@ def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     if "keep" in names:  # causal, with one row masked out entirely: the guard's case
         keep = np.tril(np.ones((S, S), bool))
         keep[2] = False
-        feeds["keep"] = keep[None, None]
+        dims = next(i for i in model.graph.input if i.name == "keep").type.tensor_type.shape.dim
+        feeds["keep"] = keep[None, None] if dims[2].dim_value != 1 else keep[None, None, -1:]
     if "attention_mask" in names:
         m = np.ones((1, S), np.int64)
         m[0, -3:] = 0
@@ -322,3 +323,13 @@ def test_attention_changes_credit_each_block_its_own_nodes():
     for c in fused:
         assert c.in_ops.count("Softmax") == 1
         assert c.in_ops.count("MatMul") >= 2 + 3  # Q·Kᵀ, probs·V and the three projections
+
+
+def test_heads_attention_leaves_a_key_padding_shaped_mask():
+    """A (B, 1, 1, T) mask would have to be expanded to (B, 1, S, T); rule 7's query may be
+    shorter than the key, so MultiHeadAttention is not built with a guessed S."""
+    model = llama_model(1, keep_shape=(1, 1, 1, S))
+    result = run_pipeline(model, default_passes())
+    assert "MultiHeadAttention" not in [n.op_type for n in result.final.graph.node]
+    (rep,) = [r for r in result.reports if r.name == "attention_fusion"]
+    assert any("mask of shape [1, 1, 1, 8]" in nm.reason for nm in rep.near_misses)
