@@ -70,7 +70,10 @@ def run(args) -> int:
             try:  # the plan optimize, verify and bench use: the first candidate the model runs on
                 from fusionviz.verify import probe
 
-                plan = probe(loaded.proto, plan)
+                if loaded.weights_dir is None:
+                    plan = probe(loaded.proto, plan)
+                else:  # a big model: info reads its graph alone, running it would read every weight
+                    note = " - not run here: its weights stay on disk; optimize runs it first"
             except Exception as exc:  # noqa: BLE001 - said on the line below; optimize stops on it
                 note = f" - the model did not run on any of fusionviz's choices ({printable(exc, 160)})"
             print("run with (fusionviz's choice for the free dims and values; change with --shape / --input)"
