@@ -391,6 +391,7 @@ def test_a_model_over_2gb_of_external_data_opens_optimizes_and_reopens(tmp_path)
         assert code == 0, err
         assert "big.onnx" in out and "MatMul" in out
         assert rss <= 0.5 * size + 0.5 * GB, f"info peak {rss / GB:.2f} GB"
+        print(f"info: peak {rss / GB:.2f} GB for {size / GB:.2f} GB")
 
         result = tmp_path / "out" / "big.onnx"
         code, out, err, rss = _measured([py, "-m", "fusionviz", "optimize", "--all", str(model), "-o", str(result)])
@@ -398,6 +399,7 @@ def test_a_model_over_2gb_of_external_data_opens_optimizes_and_reopens(tmp_path)
         assert "verify: equal" in err, err[-2000:]
         assert f"weights in {result}.data" in err
         assert rss <= 2 * size + 1 * GB, f"optimize peak {rss / GB:.2f} GB"
+        print(f"optimize --all: peak {rss / GB:.2f} GB")
         onnx.checker.check_model(str(result), full_check=True)  # by path: external data checked there
 
         # reopened by fusionviz with default settings, and computing what the original does
@@ -413,6 +415,7 @@ def test_a_model_over_2gb_of_external_data_opens_optimizes_and_reopens(tmp_path)
         assert code == 0, err[-2000:]
         assert "LOADED True" in out, out
         assert rss <= 0.5 * size + 0.5 * GB, f"app loader peak {rss / GB:.2f} GB"
+        print(f"app loader: peak {rss / GB:.2f} GB")
     finally:
         shutil.rmtree(tmp_path / "big", ignore_errors=True)
         shutil.rmtree(tmp_path / "out", ignore_errors=True)
