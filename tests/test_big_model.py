@@ -218,6 +218,24 @@ def test_save_writes_the_weights_beside_and_the_result_reopens(tmp_path):
         model_io.save_model(loaded.proto, tmp_path / "one.onnx", external=False)
 
 
+def test_optimize_says_where_the_weights_went_on_stderr_and_in_the_report(tmp_path, run_cli):
+    import json
+
+    src = _small(tmp_path / "src")
+    out = tmp_path / "out" / "r.onnx"
+    rep = tmp_path / "r.json"
+    code, _, err, _ = run_cli("optimize", src, "-o", out, "--passes", "dedup_initializers", "--report", rep,
+                           env={"FUSIONVIZ_WEIGHTS_ON_DISK_MB": "0"})
+    assert code == 0, err
+    assert f"wrote {out} (weights in {out}.data)" in err
+    assert any(f"{out}.data" in n for n in json.loads(rep.read_text())["notes"])
+    code, _, err, _ = run_cli("optimize", src, "-o", tmp_path / "e.onnx", "--passes", "dedup_initializers",
+                           "--external-data")
+    assert code == 0 and f"(weights in {tmp_path / 'e.onnx'}.data)" in err, err
+    code, _, err, _ = run_cli("optimize", src, "-o", tmp_path / "one.onnx", "--passes", "dedup_initializers")
+    assert code == 0 and "weights in" not in err and not (tmp_path / "one.onnx.data").exists(), err
+
+
 def test_a_download_is_one_file_with_the_weights_read_into_it(tmp_path):
     loaded = model_io.load_path(_small(tmp_path), limits=ON_DISK)
     data = model_io.one_file_bytes(loaded.proto)

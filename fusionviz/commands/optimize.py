@@ -95,6 +95,9 @@ def run(args) -> int:
     _, data_file = model_io.save_model_files(result.final, args.output, external=True if args.external_data else None)
     weights = f" (weights in {data_file})" if data_file else ""
     common.progress(f"nodes {result.nodes_before} -> {result.nodes_after}; wrote {args.output}{weights}")
+    if data_file:  # the report says where the weights went too
+        report["notes"].append(f"The model was written to {args.output} with its weights in {data_file} beside it "
+                               "(keep the two files together).")
     if args.report:
         from fusionviz.commands.render import quiet_c_stderr
 
