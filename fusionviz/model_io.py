@@ -209,6 +209,18 @@ def _set_weights_dir(model: onnx.ModelProto, folder: Path) -> None:
     model.metadata_props.add(key=WEIGHTS_DIR_KEY, value=str(folder))
 
 
+def ir_model(model: onnx.ModelProto):
+    """The onnx-ir model of ``model``; its external tensors (rule 9) read from its weights folder
+    (onnx-ir memory-maps them when their values are needed). Errors are onnx-ir's own."""
+    import onnx_ir as ir
+
+    m = ir.serde.deserialize_model(model)
+    folder = weights_dir(model)
+    if folder:
+        ir.external_data.set_base_dir(m.graph, folder)
+    return m
+
+
 def ort_session_config(model: onnx.ModelProto | None = None, *,
                        folder: str | None = None) -> dict[str, str]:
     """Session config entries onnxruntime needs to read ``model``'s weights from disk (rule 9).

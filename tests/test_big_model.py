@@ -80,6 +80,16 @@ def test_a_models_own_weights_folder_entry_is_ignored(tmp_path):
     assert model_io.load_path(path, limits=ON_DISK).weights_dir == str(tmp_path.resolve())
 
 
+def test_an_ir_model_reads_its_weights_from_their_folder_wherever_it_runs(tmp_path, monkeypatch):
+    loaded = model_io.load_path(_small(tmp_path), limits=ON_DISK)
+    monkeypatch.chdir(REPO)  # not the model's folder
+    m = model_io.ir_model(loaded.proto)
+    w = m.graph.initializers["layers.1.weight"].const_value
+    ref = model_io.load_path(tmp_path / "m.onnx").proto
+    raw = next(t for t in ref.graph.initializer if t.name == "layers.1.weight").raw_data
+    assert w.tobytes() == raw
+
+
 def test_no_snapshot_copies_an_unchanged_initializer(tmp_path):
     loaded = model_io.load_path(_small(tmp_path), limits=ON_DISK)
     places = {t.name: model_io._external_place(t) for t in loaded.proto.graph.initializer

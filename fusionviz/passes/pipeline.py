@@ -216,18 +216,14 @@ def to_ir(model: onnx.ModelProto) -> ir.Model:
     rule 9) become onnx-ir external tensors read (memory-mapped) from their folder when a pass
     needs their values; serialized again (:func:`to_proto`), an unchanged one is the same
     external reference, so snapshots share it instead of copying it."""
-    from fusionviz.model_io import weights_dir
+    from fusionviz.model_io import ir_model
 
     try:
-        m = ir.serde.deserialize_model(model)
+        return ir_model(model)
     except Exception as exc:  # noqa: BLE001 - SerdeError, ValueError, ... on malformed protos
         raise errors.ModelLoadError(
             f"The model cannot be converted for the passes: {type(exc).__name__}: {exc}"
         ) from None
-    folder = weights_dir(model)
-    if folder:
-        ir.external_data.set_base_dir(m.graph, folder)
-    return m
 
 
 def to_proto(model: ir.Model) -> onnx.ModelProto:

@@ -105,6 +105,8 @@ run-time tensors are left to the passes of those names).
         # passed while its shapes were unknown. Then fold again, the main graph only.
         # A fold that still fails inference (a declared output rank the graph contradicts) is
         # declined: the model is handed back as it came.
+        from fusionviz.model_io import ir_model  # weights kept on disk are read from their folder
+
         backup = ir.serde.serialize_model(model)
         _fold(model, specialize=True)
         why = _settle(model)
@@ -113,13 +115,13 @@ run-time tensors are left to the passes of those names).
         if any(is_onnx(n, "If") for n in backup.graph.node):
             logger.info("constant_folding: folding control flow left a branch that fails shape inference "
                         "(%s); folding the main graph only", why)
-            plain = ir.serde.deserialize_model(backup)
+            plain = ir_model(backup)
             _fold(plain, specialize=False)
             why = _settle(plain)
             if why is None:
                 return plain
         logger.info("constant_folding: declined, the folded model fails shape inference: %s", why)
-        return ir.serde.deserialize_model(backup)
+        return ir_model(backup)
 
 
 def _settle(model: ir.Model) -> str | None:
