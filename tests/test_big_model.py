@@ -177,6 +177,16 @@ def test_passes_that_build_onnxruntime_sessions_read_the_weights_from_disk(tmp_p
     assert peak_magnitudes(loaded.proto)["y"][0] > 0  # its calibration session runs
 
 
+@pytest.mark.parametrize("name", ["fp16", "int8_dynamic"])
+def test_precision_passes_convert_a_model_whose_weights_stay_on_disk(tmp_path, name):
+    path = _small(tmp_path)
+    in_memory = run_pipeline(model_io.load_path(path).proto, [name], keep_snapshots=False)
+    on_disk = run_pipeline(model_io.load_path(path, limits=ON_DISK).proto, [name], keep_snapshots=False)
+    assert in_memory.reports[0].status == on_disk.reports[0].status == "applied"
+    assert on_disk.final.ByteSize() == in_memory.final.ByteSize()  # the same conversion
+    _same(_run(on_disk.final, IDS), _run(in_memory.final, IDS))
+
+
 def test_reference_optimizers_get_a_model_file_with_its_weights(tmp_path):
     from fusionviz.passes.reference import reference_models
 

@@ -7,7 +7,8 @@ import logging
 import onnx
 import onnx_ir as ir
 
-from fusionviz.passes.base import Category, Change, ChangeKind, Outcome, Pass
+from fusionviz import errors
+from fusionviz.passes.base import Category, Change, ChangeKind, Outcome, Pass, PreconditionError
 from fusionviz.passes.precision.error import precision_error, runtime_failure
 from fusionviz.passes.precision.tools import lift_constant_weights, repaired
 
@@ -33,10 +34,18 @@ class ToolPass(Pass):
         """Fix-ups of the converted model, in place (none by default)."""
 
     def _run(self, model: ir.Model) -> tuple[ir.Model | None, str]:
+        from fusionviz import model_io
+
         options = self.prepare(model)
         proto = ir.serde.serialize_model(model)
         tool_input = onnx.ModelProto()
-        tool_input.CopyFrom(proto)
+        if model_io.weights_dir(proto) is None:
+            tool_input.CopyFrom(proto)
+        else:  # the tools read weights from the message: those kept on disk are read into the copy
+            try:
+                tool_input.ParseFromString(model_io.one_file_bytes(proto))
+            except errors.ModelTooLargeError as exc:
+                raise PreconditionError(f"{exc} The conversion tool works on one in-memory message.") from None
         lift_constant_weights(tool_input)
         try:
             converted = self.convert(tool_input, **options)
