@@ -200,7 +200,8 @@ def capture_ort_bytes(proto: onnx.ModelProto | bytes, level: str = "all",
         # (prepacking) changes nothing in the saved graph and costs a third of the time.
         so.add_session_config_entry("session.disable_prepacking", "1")
         for key, value in config.items():
-            so.add_session_config_entry(key, value)
+            if key != "session.disable_prepacking":  # set above already (onnxruntime warns of a repeat)
+                so.add_session_config_entry(key, value)
         extra = {"disabled_optimizers": list(disabled_optimizers)} if disabled_optimizers else {}
         try:
             ort.InferenceSession(data, so, providers=["CPUExecutionProvider"], **extra)
