@@ -187,6 +187,19 @@ def test_precision_passes_convert_a_model_whose_weights_stay_on_disk(tmp_path, n
     _same(_run(on_disk.final, IDS), _run(in_memory.final, IDS))
 
 
+def test_every_pass_does_the_same_whether_the_weights_are_in_memory_or_on_disk(tmp_path):
+    # a pass that cannot read weights kept on disk would silently change nothing
+    for path in (_small(tmp_path / "s"), _conv_on_disk(tmp_path / "c").source):
+        in_memory = model_io.load_path(path).proto
+        on_disk = model_io.load_path(path, limits=ON_DISK).proto
+        assert model_io.weights_dir(on_disk) and not model_io.weights_dir(in_memory)
+        for name in registry.pass_names():
+            a = run_pipeline(in_memory, [name], keep_snapshots=False).reports[0]
+            b = run_pipeline(on_disk, [name], keep_snapshots=False).reports[0]
+            assert (b.status, len(b.changes), b.nodes_after) == (a.status, len(a.changes), a.nodes_after), \
+                (Path(path).name, name, b.error or b.declined or b.note)
+
+
 def test_reference_optimizers_get_a_model_file_with_its_weights(tmp_path):
     from fusionviz.passes.reference import reference_models
 
