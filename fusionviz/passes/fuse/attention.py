@@ -34,7 +34,6 @@ logger = logging.getLogger(__name__)
 
 
 _ATTN_NAME = re.compile(r"(.+)_attn(?:_\d+)?")
-_QUERY_NAME = re.compile(r"(.+)_query_(?:bsnh|bsd)(?:_\d+)?")
 
 
 class AttentionFusion(Pass, name="attention_fusion", category=Category.FUSE, order=300,
@@ -69,13 +68,11 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
     uses_origin_hints = True
 
     def origin_tensor(self, node: ir.Node) -> str | None:
-        """Each Attention stands for its block's context tensor (its output is named
-        ``<context>_attn``); the shared mask Cast is new. Blocks that share one mask computation
-        are thus credited per block instead of as one change."""
+        """Each Attention (MultiHeadAttention) stands for its block's context tensor (its output
+        is named ``<context>_attn``); the shared mask Cast and rule 7's query Transpose + Reshape
+        are new layout work, holding none of the original nodes. Blocks that share one mask
+        computation are thus credited per block instead of as one change."""
         out = node.outputs[0].name if node.outputs else ""
-        if node.op_type in ("Transpose", "Reshape"):  # rule 7's query, made 3-D for its block
-            q = _QUERY_NAME.fullmatch(out or "")
-            return q.group(1) if q else None
         m = _ATTN_NAME.fullmatch(out or "")
         return m.group(1) if node.op_type in ("Attention", "MultiHeadAttention") and m else None
 

@@ -286,6 +286,12 @@ def test_llama_attention_and_rmsnorm_fuse():
     assert ops.count("ReduceMean") == 1
     mha = [n for n in result.final.graph.node if n.op_type == "MultiHeadAttention"]
     assert all(n.domain == "com.microsoft" and n.input[5] for n in mha)
+    # provenance: each MultiHeadAttention stands for its block; the query made 3-D is added work
+    (rep,) = [r for r in result.reports if r.name == "attention_fusion"]
+    fused = [c for c in rep.changes if c.out_ops == ("MultiHeadAttention",)]
+    assert len(fused) == 2 and all(c.in_ops.count("Softmax") == 1 for c in fused)
+    assert sorted(c.out_ops[0] for c in rep.changes if c.kind.value == "added") == ["Reshape", "Reshape",
+                                                                                     "Transpose", "Transpose"]
 
 
 def test_rmsnorm_fuses_into_rmsnormalization_at_opset_23():
