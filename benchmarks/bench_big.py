@@ -50,12 +50,16 @@ Goals (GB = 2**30 bytes; B = the model's bytes on disk, external data included):
 * ``info`` and ``render``: ≤ 0.5·B + 0.5 GB when the weights are external data, ≤ 1.2·B + 0.5 GB
   for a one-file model;
 * ``optimize --no-verify`` no slower than onnxslim on the same model; ``info`` ≤ 5 s;
-* every fusionviz command exits 0; a written model is valid, equal and reopens.
+* every fusionviz command exits 0; a written model is valid, equal and reopens;
+* with ``--app`` (Playwright and Debian's chromium, as the browser tests): the app on a fresh
+  server opens the model by its path (``FUSIONVIZ_OPEN_PATHS`` = its folder) and draws the Graph
+  page: first graph ≤ 5 s after the model is loaded, server process tree ≤ 2·B + 1 GB (psutil
+  polling from Open until the page is idle).
 
 Usage::
 
     .venv/bin/python benchmarks/bench_big.py [--models gpt2,synthetic] [--json OUT.json]
-        [--make-only] [--max-rss-gb 16] [--timeout 1800] [--at COMMIT]
+        [--make-only] [--max-rss-gb 16] [--timeout 1800] [--at COMMIT] [--app]
 
 ``--at COMMIT`` measures a clean copy of that commit (``git archive``, under the cache) instead of
 the working tree, which others may be changing while the benchmark runs. The header names the
@@ -103,6 +107,10 @@ COMMANDS = (
     ("onnxscript", "onnxscript optimizer"),
     ("fv_render", "fusionviz render --collapse"),
     ("ort", "onnxruntime offline (level all)"),
+)
+COMMANDS_APP = (
+    ("app_load", "app: open by path (server)"),
+    ("app_graph", "app: first graph after load"),
 )
 WRITES_MODEL = {"onnxslim", "fv_optimize", "onnxsim", "fv_optimize_nv", "onnxscript", "ort"}
 FUSIONVIZ = {"fv_info", "fv_optimize", "fv_optimize_nv", "fv_render"}
@@ -485,10 +493,12 @@ def nodes_of(path: Path) -> int:
 
 
 def goal_limits(model_size: int, external: bool) -> dict[str, int]:
-    """Peak RSS ceilings (bytes) per fusionviz command for a model of ``model_size`` bytes."""
+    """Peak RSS ceilings (bytes) per fusionviz command for a model of ``model_size`` bytes (the app's
+    server: as optimize)."""
     light = 0.5 if external else 1.2
     return {
         "fv_optimize": int(2 * model_size + 1 * GB),
+        "app_graph": int(2 * model_size + 1 * GB),
         "fv_info": int(light * model_size + 0.5 * GB),
         "fv_render": int(light * model_size + 0.5 * GB),
     }
@@ -533,6 +543,9 @@ def judge_goals(rows: Sequence[dict], model_size: int, external: bool) -> dict[s
         goals["output valid+equal+reopens"] = all(
             r["rc"] == 0 and r.get("valid") is True and r.get("equal") is True and r.get("reopen") is True
             for r in written)
+    graph = ran("app_graph")
+    goals["app first graph"] = None if graph is None else (graph["rc"] == 0 and graph["wall_s"] <= APP_GRAPH_MAX_S)
+    goals["app memory"] = None if graph is None else (graph["rc"] == 0 and graph["peak_rss"] <= limits["fv_optimize"])
     return goals
 
 
@@ -546,7 +559,7 @@ def _gb(n: int | None) -> str:
 
 def table_rows(rows: Iterable[dict]) -> list[list[str]]:
     """The printed table's cells: one list per measured command."""
-    label = dict(COMMANDS)
+    label = dict(COMMANDS + COMMANDS_APP)
     out = []
     for r in rows:
         status = "ok" if r["rc"] == 0 else (r.get("killed") or f"exit {r['rc']}")
@@ -594,13 +607,114 @@ def _parse_models(text: str) -> list[str]:
     return names
 
 
-def bench_model(name: str, path: Path, *, max_rss: int, timeout_s: float, log: Callable[[str], None]) -> dict:
+APP_GRAPH_MAX_S = 5.0
+APP_PATH_LABEL = "Path of an .onnx file, a .zip or a model folder on the server"
+
+
+def app_available() -> str | None:
+    """Why the app cannot be measured here (None: it can)."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+    from conftest import CHROMIUM
+
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed"
+    if not Path(CHROMIUM).exists():
+        return f"no chromium at {CHROMIUM}"
+    return None
+
+
+def measure_app(name: str, path: Path, *, timeout_s: float) -> list[dict]:
+    """The app on a fresh server, in Chromium: open ``path`` by its path on the Model page, then the
+    Graph page. Two rows: ``app_load`` (Open to the model's summary, server tree RSS then) and
+    ``app_graph`` (the Graph page's click to its first drawn nodes, the server tree's peak RSS from
+    Open until the page is idle). Prefetch is off (a toggle away is not what is timed)."""
+    import threading
+
+    import psutil
+    from playwright.sync_api import sync_playwright
+
+    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+    from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, start_server, stop_server, wait_idle
+    from test_browser import graph_nodes
+
+    port = free_port()
+    log_path = CACHE / f"app-{name}.log"
+    proc = start_server(port, "--sample", "textbook", log_path=log_path,
+                        env={"FUSIONVIZ_OPEN_PATHS": str(path.parent), "FUSIONVIZ_PREFETCH": "0"})
+    server = psutil.Process(proc.pid)
+    peak = [0]
+    stop = threading.Event()
+
+    def tree_rss() -> int:
+        total = 0
+        try:
+            procs = [server, *server.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        for q in procs:
+            try:
+                total += q.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def poll() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], tree_rss())
+            time.sleep(POLL_S)
+
+    base = {"model": name, "nodes_before": None, "nodes_after": None, "err": "", "killed": "",
+            "bytes": model_bytes(path), "external": name in EXTERNAL}
+    rows: list[dict] = []
+    pw = sync_playwright().start()
+    browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    try:
+        page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+        page.set_default_timeout(timeout_s * 1000)
+        page.goto(f"http://127.0.0.1:{port}/model")
+        wait_idle(page, timeout_s)
+        page.get_by_role("textbox", name=APP_PATH_LABEL).fill(path.name)
+        threading.Thread(target=poll, daemon=True).start()
+        t0 = time.perf_counter()
+        page.locator('[data-testid="stForm"]').get_by_role("button", name="Open").click()
+        page.get_by_text(f"Summary: {path.name}").wait_for(timeout=timeout_s * 1000)
+        wait_idle(page, timeout_s)
+        rows.append({**base, "tool": "app_load", "rc": 0, "wall_s": round(time.perf_counter() - t0, 2),
+                     "peak_rss": tree_rss()})
+        page.get_by_role("button", name="See the graph before / after →").click()
+        t1 = time.perf_counter()
+        while len(graph_nodes(page)) < 2:
+            if time.perf_counter() - t1 > timeout_s:
+                raise TimeoutError(f"no graph drawn within {timeout_s:.0f} s")
+            time.sleep(0.1)
+        first = time.perf_counter() - t1
+        wait_idle(page, timeout_s)
+        stop.set()
+        rows.append({**base, "tool": "app_graph", "rc": 0, "wall_s": round(first, 2), "peak_rss": peak[0]})
+    except Exception as exc:  # noqa: BLE001 - a row that says what failed
+        stop.set()
+        rows.append({**base, "tool": "app_graph" if rows else "app_load", "rc": 1, "wall_s": 0.0,
+                     "peak_rss": peak[0], "err": (str(exc).splitlines() or [type(exc).__name__])[0][:200]})
+    finally:
+        stop.set()
+        browser.close()
+        pw.stop()
+        stop_server(proc)
+    return rows
+
+
+def bench_model(name: str, path: Path, *, max_rss: int, timeout_s: float, log: Callable[[str], None],
+                app: bool = False, tools: Sequence[str] | None = None) -> dict:
     """Every command on one model, in the interleaved order; returns its rows and goals."""
     size = model_bytes(path)
     external = name in EXTERNAL
     before = nodes_of(path)
     rows = []
     for tool, label in COMMANDS:
+        if tools is not None and tool not in tools:
+            continue
         if not tool_available(tool):
             log(f"  {label}: not installed, skipped")
             continue
@@ -627,6 +741,12 @@ def bench_model(name: str, path: Path, *, max_rss: int, timeout_s: float, log: C
         log(f"  {label}: {'ok' if m.rc == 0 else m.killed or f'exit {m.rc}'}  {m.wall_s:.1f} s  "
             f"{m.peak_rss / GB:.2f} GB" + (f"  {m.err}" if m.rc != 0 and m.err else "")
             + (f"  [{row.get('why')}]" if row.get("why") else ""))
+    if app:
+        for row in measure_app(name, path, timeout_s=min(timeout_s, 600)):
+            row["nodes_before"] = before
+            rows.append(row)
+            log(f"  {dict(COMMANDS_APP)[row['tool']]}: {'ok' if row['rc'] == 0 else row['err']}  "
+                f"{row['wall_s']:.1f} s  {row['peak_rss'] / GB:.2f} GB")
     return {"bytes": size, "external": external, "nodes": before, "rows": rows,
             "goals": judge_goals(rows, size, external)}
 
@@ -640,6 +760,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="kill a command whose process tree passes this (default 16)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per command (default 1800)")
     ap.add_argument("--at", metavar="COMMIT", help="measure a clean copy of COMMIT, not the working tree")
+    ap.add_argument("--tools", help="comma-separated commands to run (default all): "
+                    + ", ".join(t for t, _ in COMMANDS) + "; an empty value runs none (with --app: the app only)")
+    ap.add_argument("--app", action="store_true",
+                    help="also open each model by path in the app (Chromium): load time, first graph, server RSS")
     ap.add_argument("--check", nargs=2, metavar=("ORIGINAL", "WRITTEN"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.check:
@@ -665,12 +789,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{n}: {p} ({model_bytes(p) / GB:.2f} GB, {nodes_of(p):,} nodes)")
         return 0
     commit = _commit_words()
+    tools = None if args.tools is None else [t.strip() for t in args.tools.split(",") if t.strip()]
+    bad = [t for t in tools or () if t not in dict(COMMANDS)]
+    if bad:
+        raise SystemExit(f"bench_big: unknown command {', '.join(bad)}; choose from "
+                         + ", ".join(t for t, _ in COMMANDS))
+    app = args.app
+    why_not = app_available() if app else None
+    if why_not:
+        print(f"--app: not measured ({why_not})")
+        app = False
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the running command is killed
     results: dict[str, dict] = {}
     for name, p in paths.items():
         print(f"{name}: {model_bytes(p) / GB:.2f} GB, {nodes_of(p):,} nodes", flush=True)
         results[name] = bench_model(name, p, max_rss=int(args.max_rss_gb * GB), timeout_s=args.timeout,
-                                    log=lambda s: print(s, flush=True))
+                                    log=lambda s: print(s, flush=True), app=app, tools=tools)
         if args.json:  # after each model: a run cut short keeps what it measured
             Path(args.json).write_text(json.dumps({"commit": commit, "models": results}, indent=1))
     rows = [r for v in results.values() for r in v["rows"]]

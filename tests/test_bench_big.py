@@ -30,7 +30,9 @@ def _good_rows(size):
             _row("onnxslim", wall=20.0, rss=3 * size, **ok),
             _row("fv_optimize", wall=30.0, rss=1.5 * size, nodes_after=8, **ok),
             _row("fv_optimize_nv", wall=10.0, rss=1.2 * size, nodes_after=8, **ok),
-            _row("fv_render", wall=4.0, rss=0.4 * size)]
+            _row("fv_render", wall=4.0, rss=0.4 * size),
+            _row("app_load", wall=3.0, rss=0.5 * size),
+            _row("app_graph", wall=4.0, rss=1.8 * size)]
 
 
 def test_goal_limits_follow_the_issue_formulas():
@@ -57,6 +59,8 @@ def test_all_goals_met():
     (("fv_optimize", "equal", False), "output valid+equal+reopens"),
     (("fv_optimize_nv", "reopen", False), "output valid+equal+reopens"),
     (("fv_optimize", "valid", None), "output valid+equal+reopens"),
+    (("app_graph", "wall_s", 5.5), "app first graph"),
+    (("app_graph", "peak_rss", 3.5 * GB), "app memory"),
 ])
 def test_each_goal_can_fail(change, goal):
     rows = _good_rows(GB)
@@ -83,6 +87,12 @@ def test_goals_not_measurable_are_none():
     assert bb.judge_goals(rows, GB, external=True)["no-verify vs onnxslim"] is None
     goals = bb.judge_goals([], GB, external=True)
     assert set(goals.values()) == {None}
+    goals = bb.judge_goals([r for r in _good_rows(GB) if not r["tool"].startswith("app_")], GB, external=True)
+    assert goals["app first graph"] is None and goals["app memory"] is None  # --app not asked for
+    rows = _good_rows(GB)
+    next(r for r in rows if r["tool"] == "app_graph")["rc"] = 1  # the browser run failed
+    goals = bb.judge_goals(rows, GB, external=True)
+    assert goals["app first graph"] is False and goals["app memory"] is False
 
 
 def test_table_rows_and_format():
