@@ -402,7 +402,7 @@ def _passes_view(sha: str, passes: tuple[str, ...], shapes: tuple, opts: tuple, 
 
 
 def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tuple, opts: tuple,
-                        candidates: Sequence[str]) -> None:
+                        candidates: Sequence[str]) -> threading.Thread | None:
     """Rule 4: in one background thread (lowered priority), compute the views for every selection
     one toggle away from ``passes``, so that the next toggle is a cache hit.
 
@@ -416,9 +416,9 @@ def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tupl
     from fusionviz.passes.pipeline import count_nodes
 
     if os.environ.get("FUSIONVIZ_PREFETCH", "1") == "0" or count_nodes(loaded.proto) > PREFETCH_MAX_NODES:
-        return
+        return None
     if _busy():
-        return
+        return None
     with _PREFETCH_LOCK:
         _PREFETCH_GEN[0] += 1
         gen = _PREFETCH_GEN[0]
@@ -440,7 +440,16 @@ def prefetch_neighbours(loaded: LoadedModel, passes: Sequence[str], shapes: tupl
             except Exception:  # noqa: BLE001 - speculative work never matters to the user
                 logger.debug("prefetch of %s failed", sel, exc_info=True)
 
-    threading.Thread(target=work, name="fusionviz-prefetch", daemon=True).start()
+    thread = threading.Thread(target=work, name="fusionviz-prefetch", daemon=True)
+    # The thread calls the page's st.cache functions: with the run's context, not a "missing
+    # ScriptRunContext" warning per call in the server log (it draws nothing).
+    from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
+
+    ctx = get_script_run_ctx(suppress_warning=True)
+    if ctx is not None:
+        add_script_run_ctx(thread, ctx)
+    thread.start()
+    return thread
 
 
 @functools.lru_cache(maxsize=1)
