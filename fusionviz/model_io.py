@@ -503,6 +503,16 @@ def one_file_bytes(model: onnx.ModelProto) -> bytes:
     return out.SerializeToString()
 
 
+def for_runtime(model: onnx.ModelProto, folder: str | os.PathLike) -> tuple[bytes | str, str | None]:
+    """What onnxruntime (here or in a child) is given for ``model``: ``(bytes, weights folder or
+    None)`` while the proto fits one protobuf message (with weights on disk: the graph only); a
+    model over that (new tensors made in memory by the passes) is saved into ``folder`` (the
+    caller's, removed by it) with its weights beside, and its path is given instead."""
+    if model.ByteSize() < PROTO_MAX_BYTES:
+        return model.SerializeToString(), weights_dir(model)
+    return str(save_model(model, Path(folder) / "model.onnx", external=True)), None
+
+
 def runtime_source(model: onnx.ModelProto, folder: str | os.PathLike) -> bytes | str:
     """What to give a runtime that compiles a model (a backend's ``compile``): its bytes when
     its weights are in memory, else the path of a copy written into ``folder`` (a folder the

@@ -186,12 +186,13 @@ class VerifyResult:
         }
 
 
-def make_session(model: onnx.ModelProto | bytes, *, level: str = "off", threads: int = 1,
+def make_session(model: onnx.ModelProto | bytes | str, *, level: str = "off", threads: int = 1,
                  providers: Sequence[str] | None = None, weights_dir: str | None = None):
-    """An onnxruntime session; errors become RuntimeLoadError with one sentence.
+    """An onnxruntime session of a model, its bytes or its path; errors become RuntimeLoadError
+    with one sentence.
 
     A model whose weights stay on disk (:func:`fusionviz.model_io.weights_dir`; for bytes,
-    ``weights_dir``) has them read from there by onnxruntime.
+    ``weights_dir``) has them read from there by onnxruntime; a path, from beside the file.
     """
     import onnxruntime as ort
 
@@ -203,10 +204,11 @@ def make_session(model: onnx.ModelProto | bytes, *, level: str = "off", threads:
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 4  # errors come back as exceptions; ORT's own log would repeat them
-    config = ort_session_config(None if isinstance(model, bytes) else model, folder=weights_dir)
+    given = isinstance(model, (bytes, str))
+    config = ort_session_config(None if given else model, folder=weights_dir)
     for key, value in config.items():
         so.add_session_config_entry(key, value)
-    data = model if isinstance(model, bytes) else model.SerializeToString()
+    data = model if given else model.SerializeToString()
     try:
         return ort.InferenceSession(data, so, providers=list(providers or ["CPUExecutionProvider"]))
     except Exception as exc:  # noqa: BLE001 - ORT raises many types
@@ -384,16 +386,23 @@ def _run_sets(a: onnx.ModelProto, b: onnx.ModelProto, sets, *, isolated: bool) -
     """Per set: ("ok", outs_a, outs_b, noise), ("a", why, None, None) or ("b", why, None, None).
 
     The models go to the child as bytes; with weights on disk those hold the graph only and the
-    child reads the weights from their folder (``model_io`` rule 9)."""
-    from fusionviz.model_io import weights_dir
+    child reads the weights from their folder (``model_io`` rule 9); a model too big for one
+    protobuf message goes as the path of a copy saved with its weights beside."""
+    import tempfile
+    from pathlib import Path
 
-    folders = (weights_dir(a), weights_dir(b))
-    if isolated:
-        return _child(("verify", a.SerializeToString(), b.SerializeToString(), sets, folders))
-    return run_sets_here(a.SerializeToString(), b.SerializeToString(), sets, folders)
+    from fusionviz.model_io import for_runtime
+
+    with tempfile.TemporaryDirectory(prefix="fusionviz_verify_") as tmp:
+        da, fa = for_runtime(a, Path(tmp) / "a")
+        db, fb = for_runtime(b, Path(tmp) / "b")
+        if isolated:
+            return _child(("verify", da, db, sets, (fa, fb)))
+        return run_sets_here(da, db, sets, (fa, fb))
 
 
-def run_sets_here(a: bytes, b: bytes, sets, folders: tuple[str | None, str | None] = (None, None)) -> list[tuple]:
+def run_sets_here(a: bytes | str, b: bytes | str, sets,
+                  folders: tuple[str | None, str | None] = (None, None)) -> list[tuple]:
     """:func:`_run_sets` in this process (the child calls it too).
 
     One session at a time (the original, then the optimized model on the sets the original
@@ -447,7 +456,7 @@ def _strip(text: str) -> str:
     return text.replace("onnxruntime failed to run the model: ", "")
 
 
-def probe_here(model: bytes, candidates: Sequence[Mapping[str, np.ndarray]],
+def probe_here(model: bytes | str, candidates: Sequence[Mapping[str, np.ndarray]],
                folder: str | None = None) -> tuple[int, str]:
     """(index of the first feeds the model runs on, or -1; the first error)."""
     session = make_session(model, weights_dir=folder)
@@ -475,12 +484,15 @@ def probe(model: onnx.ModelProto, plan: InputPlan, *, isolated: bool = True) -> 
         return plan
     plans = [plan.with_candidate(k) for k in range(plan.candidates())]
     candidates = [p.feeds("normal") for p in plans]
-    from fusionviz.model_io import weights_dir
+    import tempfile
+    from pathlib import Path
 
-    data = model.SerializeToString()
-    folder = weights_dir(model)
-    index, err = (_child(("probe", data, candidates, folder)) if isolated
-                  else probe_here(data, candidates, folder))
+    from fusionviz.model_io import for_runtime
+
+    with tempfile.TemporaryDirectory(prefix="fusionviz_probe_") as tmp:
+        data, folder = for_runtime(model, Path(tmp))
+        index, err = (_child(("probe", data, candidates, folder)) if isolated
+                      else probe_here(data, candidates, folder))
     if index >= 0:
         return dataclasses.replace(plans[index], probed=True)
     if isolated and out_of_memory(err):

@@ -111,6 +111,22 @@ def test_no_snapshot_copies_an_unchanged_initializer(tmp_path):
     assert v.ok, v.summary()
 
 
+def test_a_model_over_one_protobuf_message_goes_to_onnxruntime_as_a_saved_copy(tmp_path, monkeypatch):
+    # stands for a result whose passes made over 2 GB of new tensors in memory
+    from fusionviz.inputs import plan_inputs
+    from fusionviz.passes import validity
+
+    model = model_io.load_path(_small(tmp_path)).proto  # in memory, 6 MB
+    monkeypatch.setattr(model_io, "PROTO_MAX_BYTES", 1 << 20)
+    data, folder = model_io.for_runtime(model, tmp_path / "copy")
+    assert isinstance(data, str) and folder is None and Path(data + ".data").exists()
+    plan = verify.probe(model, plan_inputs(model), isolated=True)
+    v = verify.verify(model, model, plan=plan, isolated=True)
+    assert v.ok and len(v.input_sets) == 3, v.summary()
+    assert validity.violation(model, validity.Baseline(model)) is None
+    assert validity.ort_error_at_all(model) is None
+
+
 def test_verification_and_probe_children_read_the_weights_from_disk(tmp_path):
     loaded = model_io.load_path(_small(tmp_path), limits=ON_DISK)
     from fusionviz.inputs import plan_inputs

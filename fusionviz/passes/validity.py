@@ -121,7 +121,7 @@ def checker_error(model: onnx.ModelProto, *, full: bool) -> str | None:
     return None
 
 
-def ort_error(model: onnx.ModelProto | bytes, weights_dir: str | None = None) -> str | None:
+def ort_error(model: onnx.ModelProto | bytes | str, weights_dir: str | None = None) -> str | None:
     """Why onnxruntime (optimizations off, CPU) cannot create a session, or None. Weights on
     disk are read from their folder (the model's, or ``weights_dir`` for bytes)."""
     import onnxruntime as ort
@@ -132,10 +132,11 @@ def ort_error(model: onnx.ModelProto | bytes, weights_dir: str | None = None) ->
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 4
     so.intra_op_num_threads = 1
-    for key, value in ort_session_config(None if isinstance(model, bytes) else model, folder=weights_dir).items():
+    given = isinstance(model, (bytes, str))  # bytes, or a path
+    for key, value in ort_session_config(None if given else model, folder=weights_dir).items():
         so.add_session_config_entry(key, value)
     try:
-        data = model if isinstance(model, bytes) else model.SerializeToString()
+        data = model if given else model.SerializeToString()
         ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
         return _one_line(str(exc).replace("[ONNXRuntimeError] : ", ""))
@@ -174,17 +175,20 @@ def violation(model: onnx.ModelProto, base: Baseline) -> str | None:
             err = None
     if err:
         return f"the ONNX checker rejects the result: {err}"
-    from fusionviz.model_io import weights_dir
+    import tempfile
+    from pathlib import Path
 
-    data = model.SerializeToString()
-    folder = weights_dir(model)
-    err = ort_error(data, folder)
-    if err and base.ort_loads("off"):
-        return f"onnxruntime cannot load the result: {err}"
-    if has_subgraphs(model):
-        err = ort_error_at_all(data, folder)
-        if err and base.ort_loads("all"):
-            return f"onnxruntime (optimization level all) cannot load the result: {err}"
+    from fusionviz.model_io import for_runtime
+
+    with tempfile.TemporaryDirectory(prefix="fusionviz_validity_") as tmp:
+        data, folder = for_runtime(model, Path(tmp))  # bytes, or over 2 GB a saved copy's path
+        err = ort_error(data, folder)
+        if err and base.ort_loads("off"):
+            return f"onnxruntime cannot load the result: {err}"
+        if has_subgraphs(model):
+            err = ort_error_at_all(data, folder)
+            if err and base.ort_loads("all"):
+                return f"onnxruntime (optimization level all) cannot load the result: {err}"
     return None
 
 
@@ -199,8 +203,9 @@ _AT_ALL: dict[bytes, str | None] = {}  # model digest → verdict (the pipeline 
 
 # The child imports onnxruntime only (0.1 s; fusionviz's verification worker takes 0.5 s more):
 # model bytes on stdin (the graph only when its weights stay on disk: then the session config
-# entries that read them from their folder come as further arguments), the verdict on stdout;
-# a crash kills the child, not the caller.
+# entries that read them from their folder come as further arguments), or for a model over
+# protobuf's limit the path of a copy saved with its weights beside; the verdict on stdout; a
+# crash kills the child, not the caller.
 _LOAD_AT_ALL = """
 import resource, sys
 lim = int(sys.argv[1]) << 20
@@ -213,11 +218,12 @@ so = ort.SessionOptions()
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 so.log_severity_level = 4
 so.intra_op_num_threads = 1
-for entry in sys.argv[2:]:
+for entry in sys.argv[3:]:
     key, _, value = entry.partition("=")
     so.add_session_config_entry(key, value)
+src = sys.stdin.buffer.read()
 try:
-    ort.InferenceSession(sys.stdin.buffer.read(), so, providers=["CPUExecutionProvider"])
+    ort.InferenceSession(src.decode() if sys.argv[2] == "path" else src, so, providers=["CPUExecutionProvider"])
 except Exception as exc:
     sys.stdout.write("ERROR " + str(exc))
 else:
@@ -225,24 +231,30 @@ else:
 """
 
 
-def ort_error_at_all(model: onnx.ModelProto | bytes, weights_dir: str | None = None) -> str | None:
-    """:func:`ort_error` at level all, in a child process (rule 3); the last 64 verdicts are kept."""
+def ort_error_at_all(model: onnx.ModelProto | bytes | str, weights_dir: str | None = None) -> str | None:
+    """:func:`ort_error` at level all, in a child process (rule 3); the last 64 verdicts are kept.
+    ``model``: a model, its bytes (weights on disk read from ``weights_dir``) or its path."""
     import hashlib
     import signal
     import subprocess
     import sys
+    import tempfile
+    from pathlib import Path
 
-    from fusionviz.model_io import ort_session_config
+    from fusionviz.model_io import for_runtime, ort_session_config
     from fusionviz.verify import VERIFY_MEM_MB, VERIFY_TIMEOUT_S
 
-    data = model if isinstance(model, bytes) else model.SerializeToString()
-    config = ort_session_config(None if isinstance(model, bytes) else model, folder=weights_dir)
-    entries = [f"{k}={v}" for k, v in config.items()]
-    key = hashlib.blake2b(data + "\0".join(entries).encode(), digest_size=20).digest()
+    if not isinstance(model, (bytes, str)):
+        with tempfile.TemporaryDirectory(prefix="fusionviz_validity_") as tmp:
+            return ort_error_at_all(*for_runtime(model, Path(tmp)))
+    kind = "path" if isinstance(model, str) else "bytes"
+    data = model.encode() if isinstance(model, str) else model
+    entries = [f"{k}={v}" for k, v in ort_session_config(folder=weights_dir).items()]
+    key = hashlib.blake2b(kind.encode() + data + "\0".join(entries).encode(), digest_size=20).digest()
     if key in _AT_ALL:
         return _AT_ALL[key]
     try:
-        proc = subprocess.run([sys.executable, "-c", _LOAD_AT_ALL, str(VERIFY_MEM_MB), *entries], input=data,
+        proc = subprocess.run([sys.executable, "-c", _LOAD_AT_ALL, str(VERIFY_MEM_MB), kind, *entries], input=data,
                               capture_output=True, timeout=VERIFY_TIMEOUT_S, check=False)
         out = proc.stdout.decode("utf-8", "replace")
         if out == "OK":
@@ -256,6 +268,8 @@ def ort_error_at_all(model: onnx.ModelProto | bytes, weights_dir: str | None = N
             why = _one_line(tail[-1] if tail else f"the loading process exited with status {proc.returncode}")
     except subprocess.TimeoutExpired:
         why = f"loading took over {VERIFY_TIMEOUT_S:g} s"
+    if kind == "path":
+        return why  # a temporary copy's path says nothing about a later model's content
     if len(_AT_ALL) >= 64:
         _AT_ALL.pop(next(iter(_AT_ALL)))
     _AT_ALL[key] = why
