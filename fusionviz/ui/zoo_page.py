@@ -3,7 +3,10 @@
 Rules:
 
 1. Results come from an upload (``.csv``/``.json`` written by ``python -m fusionviz sweep``), a
-   results file the server has under ``artifacts/``, or a small sweep run from this page.
+   results file the server has under ``artifacts/``, or a small sweep run from this page over
+   samples, cached corpus models and the model loaded in the app (an upload or a path included:
+   it is written once to ``artifacts/sweep/loaded/<hash>/``), timed against the original when
+   asked.
 2. A sweep run from the page is the command line's own (``python -m fusionviz sweep ...
    --engine inline``) in a child process, so a model that crashes onnxruntime or eats memory
    costs that child, not the app. The ``inline`` engine checks one cell at a time without Ray:
@@ -11,8 +14,10 @@ Rules:
    are capped at :data:`MAX_PAGE_CELLS` cells and stored in ``artifacts/sweep/zoo.sqlite`` (a
    rerun of the same cells costs nothing); the progress bar counts the cells in the store.
 3. The heatmap is coloured by latency ratio (variant / original at onnxruntime level all,
-   log scale, green is faster) when the results hold timings, else by status. Invalid,
-   mismatched, new-NaN and error cells carry a symbol as well as a colour.
+   log scale, green is faster) when the results hold timings, else by the change in node count
+   (green: fewer nodes), else by status; the page offers each the results allow. Every cell also
+   says its node change and, when timed, its speed ("412→198 · 0.81×"). Invalid, mismatched,
+   new-NaN and error cells carry a symbol as well as a colour.
 4. Clicking a cell loads that model with that pass set as the current model (through
    :mod:`fusionviz.ui.state`) and switches to the Graph page. A model is opened only from the
    repository, the corpus cache or a folder in ``FUSIONVIZ_ZOO_ROOTS`` (an uploaded results
@@ -80,6 +85,38 @@ def has_timings(rows: Sequence[dict]) -> bool:
     return any(r.get("latency_ratio") is not None for r in rows)
 
 
+def has_nodes(rows: Sequence[dict]) -> bool:
+    """True when some row has node counts before and after."""
+    return any(_node_change(r) is not None for r in rows)
+
+
+def colour_modes(rows: Sequence[dict]) -> list[str]:
+    """Rule 3: what the heatmap can be coloured by, the default first."""
+    return [m for m, ok in (("latency", has_timings(rows)), ("nodes", has_nodes(rows)), ("status", True)) if ok]
+
+
+def _node_change(row: dict | None) -> float | None:
+    """Nodes after / before − 1 (−0.4: 40% fewer nodes), or None."""
+    if not row:
+        return None
+    b, a = row.get("nodes_before"), row.get("nodes_after")
+    if not isinstance(b, (int, float)) or not isinstance(a, (int, float)) or b <= 0:
+        return None
+    return a / b - 1.0
+
+
+def cell_text(row: dict | None) -> str:
+    """Rule 3: what a cell says: its node change and, when timed, its speed ("412→198 · 0.81×")."""
+    if not row:
+        return ""
+    parts = []
+    if _node_change(row) is not None:
+        parts.append(f"{int(row['nodes_before'])}→{int(row['nodes_after'])}")
+    if row.get("latency_ratio") is not None:
+        parts.append(f"{row['latency_ratio']:.2f}×")
+    return " · ".join(parts)
+
+
 def _hover(row: dict) -> str:
     parts = [f"<b>{row['model']}</b> · {row['variant']} · {row['backend']}", f"status: {row['status']}"]
     if row.get("nodes_before") is not None:
@@ -102,7 +139,7 @@ def heatmap_figure(rows: Sequence[dict], *, color_by: str | None = None) -> go.F
 
     Args:
         rows: typed result rows (:func:`fusionviz.sweep.read_results`).
-        color_by: ``latency`` or ``status``; default latency when there are timings.
+        color_by: ``latency``, ``nodes`` or ``status``; default the first of :func:`colour_modes`.
 
     Returns:
         A figure whose last trace holds one clickable point per cell, with
@@ -112,16 +149,27 @@ def heatmap_figure(rows: Sequence[dict], *, color_by: str | None = None) -> go.F
     models = list(dict.fromkeys(r["model"] for r in rows))
     columns = list(dict.fromkeys(_column(r, several) for r in rows))
     cell = {(r["model"], _column(r, several)): r for r in rows}
-    color_by = color_by or ("latency" if has_timings(rows) else "status")
+    color_by = color_by or colour_modes(rows)[0]
+    texts = [[cell_text(cell.get((m, c))) for c in columns] for m in models]
+    label = {"text": texts, "texttemplate": "%{text}", "textfont": {"size": 9}}
     fig = go.Figure()
-    if color_by == "latency":
+    if color_by == "nodes":
+        z = [[_node_change(cell.get((m, c))) for c in columns] for m in models]
+        span = max(0.05, min(1.0, max((abs(v) for line in z for v in line if v is not None), default=0.05)))
+        ticks = [t for t in (-0.75, -0.5, -0.25, -0.1, 0.0, 0.1, 0.25, 0.5) if abs(t) <= span]
+        fig.add_trace(go.Heatmap(
+            z=z, x=columns, y=models, zmid=0, zmin=-span, zmax=span, colorscale="RdYlGn", reversescale=True,
+            hoverinfo="skip", xgap=1, ygap=1, **label,
+            colorbar={"title": {"text": "nodes<br>vs original"}, "tickvals": ticks,
+                      "ticktext": [f"{t:+.0%}" for t in ticks]}))
+    elif color_by == "latency":
         z = [[_log_ratio(cell.get((m, c))) for c in columns] for m in models]
         finite = [abs(v) for line in z for v in line if v is not None]
         span = max(0.1, min(1.0, max(finite, default=0.1)))
         ticks = [t for t in (0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0) if abs(math.log2(t)) <= span]
         fig.add_trace(go.Heatmap(
             z=z, x=columns, y=models, zmid=0, zmin=-span, zmax=span, colorscale="RdYlGn", reversescale=True,
-            hoverinfo="skip", xgap=1, ygap=1,
+            hoverinfo="skip", xgap=1, ygap=1, **label,
             colorbar={"title": {"text": "latency<br>vs original"}, "tickvals": [math.log2(t) for t in ticks],
                       "ticktext": [f"{t:g}×" for t in ticks]}))
     else:
@@ -133,7 +181,7 @@ def heatmap_figure(rows: Sequence[dict], *, color_by: str | None = None) -> go.F
             scale += [[lo, STATUS_STYLE[k][0]], [hi, STATUS_STYLE[k][0]]]
         z = [[codes[_kind(cell[(m, c)])] if (m, c) in cell else None for c in columns] for m in models]
         fig.add_trace(go.Heatmap(z=z, x=columns, y=models, zmin=-0.5, zmax=n - 0.5, colorscale=scale,
-                                 showscale=False, hoverinfo="skip", xgap=1, ygap=1))
+                                 showscale=False, hoverinfo="skip", xgap=1, ygap=1, **label))
         for k in _STATUS_ORDER:  # a legend of the colours
             colour, _, label = STATUS_STYLE[k]
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, showlegend=True,
@@ -295,7 +343,7 @@ def _corpus_choices() -> dict[str, str]:
     """Model label → path or sample name, for the page's own sweeps."""
     from fusionviz import samples
 
-    out = {f"sample: {n}": n for n in samples.sample_names()}
+    out = {**_loaded_choice(), **{f"sample: {n}": n for n in samples.sample_names()}}
     try:
         from fusionviz.corpus import load_manifest, path_of
 
@@ -308,15 +356,48 @@ def _corpus_choices() -> dict[str, str]:
     return out
 
 
+def _loaded_choice() -> dict[str, str]:
+    """Rule 1: the model loaded in the app, as a sweep target (a sample by name; anything else
+    written once under ``artifacts/sweep/loaded/<hash>/``, inside the folders a cell opens from)."""
+    loaded = state.model()
+    if loaded is None:
+        return {}
+    org = state.origin()
+    label = f"loaded: {loaded.name}"
+    if org.get("kind") == "sample":
+        return {label: org["name"]}
+    import re
+
+    import onnx
+
+    stem = re.sub(r"[^\w.\-]+", "_", Path(loaded.name).stem)[:80] or "model"
+    path = SWEEP_DIR / "loaded" / loaded.sha256[:16] / f"{stem}.onnx"
+    if not path.is_file():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            onnx.save(loaded.proto, str(tmp))
+            tmp.replace(path)
+        except (OSError, ValueError) as exc:
+            logger.info("the loaded model could not be written for a sweep: %s", exc)
+            return {}
+    return {label: str(path)}
+
+
 def _run_section() -> None:
     from fusionviz.passes import registry
     from fusionviz.sweep import SweepStore, build_cells, parse_passes, read_results, resolve_models
 
     choices = _corpus_choices()
-    picked = st.multiselect("Models (samples, and corpus models already in the cache)", list(choices),
-                            key="zoo_run_models")
+    loaded = [k for k in choices if k.startswith("loaded: ")]
+    if "zoo_run_models" not in st.session_state:
+        st.session_state["zoo_run_models"] = loaded  # the model in the app, to start with
+    picked = st.multiselect("Models (the model loaded in the app, samples, and corpus models already in the "
+                            "cache)", list(choices), key="zoo_run_models")
     passes = st.multiselect("Pass sets (each pass alone; 'all' = every default pass)",
                             ["all", *registry.pass_names()], key="zoo_run_passes")
+    timed = st.checkbox("Time each cell against the original (onnxruntime level all; slower)",
+                        key="zoo_run_time")
     n = len(picked) * len(passes)
     st.caption(f"{n} cell{'s' if n != 1 else ''}; the page runs up to {MAX_PAGE_CELLS}, one at a time in a "
                "child process (no Ray). For the whole corpus use "
@@ -329,7 +410,7 @@ def _run_section() -> None:
     db = SWEEP_DIR / "zoo.sqlite"
     out = SWEEP_DIR / f"zoo_{time.strftime('%Y%m%d_%H%M%S')}.csv"
     cmd = [sys.executable, "-m", "fusionviz", "sweep", *targets, "--passes", ",".join(passes),
-           "--engine", "inline", "--out", str(out), "--db", str(db), "--no-progress"]
+           "--engine", "inline", "--out", str(out), "--db", str(db), "--no-progress", *(["--time"] if timed else [])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     bar = st.progress(0.0, text="starting")
     proc = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -394,10 +475,13 @@ def body() -> None:
         return
     st.caption(f"Results: {st.session_state.get(SOURCE, '')}")
     _summary(rows)
-    timed = has_timings(rows)
-    color_by = "latency" if timed else "status"
-    if timed:
-        color_by = st.radio("Colour by", ["latency", "status"], horizontal=True, key="zoo_color_by")
+    modes = colour_modes(rows)
+    color_by = modes[0]
+    if len(modes) > 1:
+        names = {"latency": "speed vs original", "nodes": "node change", "status": "status"}
+        if st.session_state.get("zoo_color_by") not in modes:
+            st.session_state["zoo_color_by"] = modes[0]
+        color_by = st.radio("Colour by", modes, format_func=names.get, horizontal=True, key="zoo_color_by")
     fig = heatmap_figure(rows, color_by=color_by)
     key = f"zoo_heatmap_{st.session_state.get(CHART_GEN, 0)}"
     event = st.plotly_chart(fig, on_select="rerun", selection_mode="points", key=key, width="stretch")
