@@ -184,8 +184,14 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
         ctx = info["out"].name if info["out"] is not None else info["flat_reshape"].inputs[0].name
         tq.outputs[0].name = namer(f"{ctx}_query_bsnh")
         rq.outputs[0].name = namer(f"{ctx}_query_bsd")
+        key = info["k"]
+        if info["key_bsnh"]:  # (B, S, N, H) -> the kernel's (B, N, S, H)
+            tk = ir.node("Transpose", [key], {"perm": [0, 2, 1, 3]}, name="")
+            insert_early(model, tk, key)
+            tk.outputs[0].name = namer(f"{ctx}_key_bnsh")
+            key = tk.outputs[0]
         attrs = {"num_heads": info["num_heads"], "scale": float(m.scale)}
-        inputs: list[ir.Value | None] = [rq.outputs[0], info["k"], info["v"]]
+        inputs: list[ir.Value | None] = [rq.outputs[0], key, info["v"]]
         if bias_input is not None:
             inputs += [None, None, bias_input]
         return ir.node("MultiHeadAttention", inputs, attrs, domain=MS_DOMAIN, name="")

@@ -501,13 +501,21 @@ def match_heads_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None
     a Reshape are added), the key and value as they are (the kernel's BNSH key/value form)."""
     m = AttentionMatch() if m is None else m
     c = _match_core(softmax, opset, m)
-    if c.key_layout != "BNSH":
-        raise Reject("the key is transposed from (B, S, N, H) in one step; MultiHeadAttention's 4-D key is "
-                     "(B, N, S, H)")
-    shapes = [list(v.shape.dims) if v.shape is not None else None for v in (c.q, c.k, c.v)]
+    k, key_bsnh = c.k, c.key_layout == "BSNH"
+    if key_bsnh:
+        # Transpose(k, (0,2,3,1)) of a (B, S, N, H) key (TorchScript's T5): the key goes in as
+        # Transpose(k, (0,2,1,3)), the kernel's (B, N, S, H) (rule 7)
+        t = k.producer()
+        if not single_use(t.outputs[0]):
+            raise other_uses(t.outputs[0], "transposed key", t)
+        m.nodes.append(t)
+        k = t.inputs[0]
+    shapes = [list(v.shape.dims) if v.shape is not None else None for v in (c.q, k, c.v)]
     if any(sh is None or len(sh) != 4 for sh in shapes):
         raise Reject(f"Q, K, V shapes {shapes} are not all known 4-D (B, N, S, H)")
     qs, ks, vs = shapes
+    if key_bsnh:
+        ks = [ks[0], ks[2], ks[1], ks[3]]
     n_heads, head_size = qs[1], qs[3]
     if not (isinstance(n_heads, int) and isinstance(head_size, int)):
         raise Reject(f"query shape {qs} does not give the head count and size")
@@ -519,7 +527,7 @@ def match_heads_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None
     if c.flat is not None and c.flat[1] != n_heads * head_size:
         raise Reject(f"context reshape target {c.flat} is not (-1, {n_heads * head_size})", c.ctx_r)
     _check_guard(c, m, "MultiHeadAttention")
-    return m, {"q": c.q, "k": c.k, "v": c.v, "num_heads": n_heads, "head_size": head_size,
+    return m, {"q": c.q, "k": k, "key_bsnh": key_bsnh, "v": c.v, "num_heads": n_heads, "head_size": head_size,
                "out": c.ctx_r.outputs[0] if c.flat is None else None,
                "flat_reshape": c.ctx_r if c.flat is not None else None}
 

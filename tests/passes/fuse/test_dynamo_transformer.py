@@ -339,3 +339,28 @@ def test_heads_attention_leaves_a_key_padding_shaped_mask():
     assert "MultiHeadAttention" not in [n.op_type for n in result.final.graph.node]
     (rep,) = [r for r in result.reports if r.name == "attention_fusion"]
     assert any("mask of shape [1, 1, 1, 8]" in nm.reason for nm in rep.near_misses)
+
+
+def test_heads_attention_takes_a_key_transposed_in_one_step():
+    """TorchScript's form (T5): the key transposed (0,2,3,1) from (B, S, N, H) in one step, over
+    projections that are not MatMul + Add (a dequantizing scale after each, as a dynamically
+    quantized model has): MultiHeadAttention gets the key as (B, N, S, H) through one added
+    Transpose."""
+    g = _G(6)
+    to4 = g.i64(1, -1, NH, HS)
+
+    def proj() -> str:
+        return g.op("Mul", [g.op("MatMul", ["x", g.w(HID, HID)]), g.const(np.float32(0.5), "deq")])
+
+    q = _heads(g, proj(), to4)
+    k = g.op("Transpose", [g.op("Reshape", [proj(), to4], allowzero=1)], perm=[0, 2, 3, 1])
+    v = _heads(g, proj(), to4)
+    p = g.op("Softmax", [g.op("MatMul", [q, k])], axis=-1)
+    ctx = g.op("Transpose", [g.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+    y = g.op("Reshape", [ctx, g.i64(1, -1, HID)], allowzero=1)
+    model = g.model([oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, S, HID])],
+                    [oh.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [1, S, HID])])
+    result, ops = _optimize(model)
+    assert ops.count("MultiHeadAttention") == 1 and "Softmax" not in ops
+    mha = next(n for n in result.final.graph.node if n.op_type == "MultiHeadAttention")
+    assert next(a.f for a in mha.attribute if a.name == "scale") == 1.0
