@@ -80,6 +80,10 @@ class WorkerFailed(Exception):
     """The worker died, timed out, or reported an error; ``str`` is the user sentence."""
 
 
+#: How a message about the worker's memory cap says what raises it.
+_RAISE_CAP = " (bench --mem-limit MB raises it)"
+
+
 def _limit_child(mem_limit_mb: int) -> Callable[[], None]:
     def fn() -> None:
         os.setsid()
@@ -177,14 +181,14 @@ class WorkerHandle:
         low = tail.lower()
         if any(k in low for k in ("bad_alloc", "memoryerror", "cannot allocate", "failed to allocate",
                                   "out of memory")):
-            return WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap")
+            return WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap{_RAISE_CAP}")
         if code < 0:
             try:
                 sig = signal.Signals(-code).name
             except ValueError:
                 sig = f"signal {-code}"
             if -code == signal.SIGKILL and self.max_rss_mb > 0.8 * self.mem_limit_mb:
-                return WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap")
+                return WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap{_RAISE_CAP}")
             return WorkerFailed(f"{self.title} crashed the worker ({sig})")
         last = [ln for ln in tail.splitlines() if ln.strip()][-1:] or [f"exit status {code}"]
         return WorkerFailed(f"the worker exited unexpectedly: {' '.join(last[0].split())[:200]}")
@@ -213,7 +217,7 @@ class WorkerHandle:
                     if not reply.get("ok"):
                         if reply.get("kind") == "memory":
                             self.kill()
-                            raise WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap")
+                            raise WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap{_RAISE_CAP}")
                         if reply.get("kind") in ("input", "unavailable"):
                             raise WorkerFailed(_clean(reply.get("error") or "bad inputs"))
                         raise WorkerFailed(f"{self.title} failed: {_clean(reply.get('error') or 'unknown error')}")
@@ -230,7 +234,7 @@ class WorkerHandle:
                 self.max_rss_mb = max(self.max_rss_mb, rss)
                 if rss > self.mem_limit_mb:
                     self.kill()
-                    raise WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap")
+                    raise WorkerFailed(f"exceeded the {self.mem_limit_mb} MB memory cap{_RAISE_CAP}")
                 if sel.select(timeout=min(_POLL_S * 5 if elapsed > 1 else _POLL_S, remaining - elapsed + 0.01)):
                     chunk = os.read(fd, 65536)
                     if not chunk:
