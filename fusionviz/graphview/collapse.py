@@ -1,4 +1,4 @@
-"""Choosing what to draw on big graphs: focus, changed-only, collapse by scope, hard cap.
+"""Choosing what to draw on big graphs: focus, changed-only, collapse by scope or structure, hard cap.
 
 Rules (the code points back to them):
 
@@ -13,8 +13,8 @@ Rules (the code points back to them):
    level from the top, a whole level is opened while the picture stays within
    ``AUTO_OPEN_ITEMS`` items (so a 3,000-node encoder shows its layers, not one box). A picture
    of fewer than ``FEW_ITEMS`` items says nothing: its next level is opened anyway while the
-   picture stays within the cap (a model whose every node sits in one scope, ``p2o.*``, is
-   drawn node by node, not as one box).
+   picture stays within the cap (a model whose every node sits in one scope is drawn node by
+   node, not as one box; Paddle2ONNX's ``p2o.*`` models get rule 5's blocks instead).
 4. *Cap*: items (nodes and boxes) are taken in model order up to ``max_nodes``; the rest is left
    out and the caller says so.
 5. *Blocks by structure*: a model whose names say little (fewer than ``SCOPED_SHARE`` of its
