@@ -14,8 +14,8 @@ Rules (the code points back to them):
    nodes shape inference cannot size, e.g. onnxruntime's NCHWc and contrib ops).
 3. One intra-op thread by default, so times add up and do not depend on the machine's load from
    other threads; the total and the share of each node are what the overlay shows.
-4. ``isolated=True`` (the app) runs the profile in a child process (``python -m
-   fusionviz.profile``) under the verification memory and time caps: a model that allocates
+4. ``isolated=True`` (the app) runs the profile in the verification child (``python -m
+   fusionviz.verify_worker``) under its memory and time caps: a model that allocates
    gigabytes or crashes onnxruntime takes only the child down. A failure is a
    :class:`~fusionviz.errors.RuntimeLoadError` with one line saying why.
 """
@@ -26,11 +26,7 @@ import dataclasses
 import json
 import logging
 import os
-import pickle
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping
 
@@ -176,51 +172,8 @@ def node_times(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], *, runs:
 
 def _child(data: bytes, feeds: dict, runs: int, threads: int,
            folder: str | None = None) -> tuple[dict[str, float], dict[str, int]]:
-    """Rule 4: :func:`profile_here` in ``python -m fusionviz.profile`` under the caps."""
-    from fusionviz.verify import VERIFY_MEM_MB, VERIFY_TIMEOUT_S, mem_cap_note, out_of_memory
+    """Rule 4: :func:`profile_here` in the verification child (``python -m fusionviz.verify_worker``),
+    under its memory and time caps."""
+    from fusionviz.verify import _child as run_isolated
 
-    payload = pickle.dumps(((data, feeds, runs, threads, folder), VERIFY_MEM_MB))
-    try:
-        proc = subprocess.run([sys.executable, "-m", "fusionviz.profile"], input=payload, capture_output=True,
-                              timeout=VERIFY_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        raise errors.RuntimeLoadError(f"timing the nodes took more than {VERIFY_TIMEOUT_S:g} s "
-                                      "(FUSIONVIZ_VERIFY_TIMEOUT_S)") from None
-    if proc.returncode != 0 or not proc.stdout:
-        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        reason = tail[-1] if tail else f"exit status {proc.returncode}"
-        if -proc.returncode in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
-            reason = f"onnxruntime crashed ({signal.Signals(-proc.returncode).name})"
-        elif proc.returncode < 0 or out_of_memory(reason):
-            reason = f"it ran out of memory under {mem_cap_note()}"
-        raise errors.RuntimeLoadError(f"onnxruntime could not time the model's nodes: {reason}")
-    status, result = pickle.loads(proc.stdout)  # our own child's output
-    if status == "error":
-        raise errors.RuntimeLoadError(result)
-    return result
-
-
-def _main() -> int:
-    """The child of rule 4: a pickled ``((model, feeds, runs, threads, weights folder), mem_mb)`` on stdin."""
-    import resource
-
-    (data, feeds, runs, threads, folder), mem_mb = pickle.load(sys.stdin.buffer)  # written by our parent
-    if mem_mb:
-        limit = int(mem_mb) * 1024 * 1024
-        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)  # never above what this process may have (raising it fails)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    try:
-        result = ("ok", profile_here(data, feeds, runs, threads, folder))
-    except errors.FusionvizError as exc:
-        result = ("error", str(exc))
-    except MemoryError:
-        result = ("error", f"timing ran out of memory (cap {mem_mb} MB, FUSIONVIZ_VERIFY_MEM_MB)")
-    sys.stdout.buffer.write(pickle.dumps(result))
-    sys.stdout.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())
+    return run_isolated(("profile", data, feeds, runs, threads, folder), what="time the model's nodes")

@@ -508,15 +508,16 @@ def probe(model: onnx.ModelProto, plan: InputPlan, *, isolated: bool = True) -> 
         f"The model does not run on the inputs fusionviz chose ({chosen}): {err[:200]}; {hint}.")
 
 
-def _child(payload: tuple):
-    """Run ``payload`` in ``python -m fusionviz.verify_worker`` under the memory and time caps."""
+def _child(payload: tuple, what: str = "run the model for verification"):
+    """Run ``payload`` in ``python -m fusionviz.verify_worker`` under the memory and time caps;
+    ``what`` says what onnxruntime could not do when the child dies."""
     data = pickle.dumps((payload, VERIFY_MEM_MB))
     try:
         proc = subprocess.run([sys.executable, "-m", "fusionviz.verify_worker"], input=data,
                               capture_output=True, timeout=VERIFY_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         raise errors.RuntimeLoadError(
-            f"verification timed out after {VERIFY_TIMEOUT_S:g} s (FUSIONVIZ_VERIFY_TIMEOUT_S)"
+            f"onnxruntime took more than {VERIFY_TIMEOUT_S:g} s to {what} (FUSIONVIZ_VERIFY_TIMEOUT_S)"
         ) from None
     if proc.returncode != 0 or not proc.stdout:
         tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
@@ -525,7 +526,7 @@ def _child(payload: tuple):
             reason = f"onnxruntime crashed ({signal.Signals(-proc.returncode).name})"
         elif proc.returncode < 0 or out_of_memory(reason):
             reason = f"it ran out of memory under {mem_cap_note()}"
-        raise errors.RuntimeLoadError(f"onnxruntime could not run the model for verification: {reason}")
+        raise errors.RuntimeLoadError(f"onnxruntime could not {what}: {reason}")
     result = pickle.loads(proc.stdout)  # our own child's output
     if result[0] == "error":
         msg = result[1]

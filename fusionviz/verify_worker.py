@@ -11,7 +11,9 @@ user), caps its address space, and runs the payload with onnxruntime's optimizer
 A model whose weights stay on disk comes as the bytes of its graph, with the folder its weights
 are read from (``fusionviz.model_io`` rule 9): the weights are never pickled.
 - ``("compare", model_a, model_b, feeds, items, rtol, atol, input_set)``: one chunk of a
-  per-tensor comparison (:func:`fusionviz.compare.run_chunk_here`).
+  per-tensor comparison (:func:`fusionviz.compare.run_chunk_here`);
+- ``("profile", model, feeds, runs, threads, folder)``: onnxruntime's profile of the model, per
+  node (:func:`fusionviz.profile.profile_here`).
 
 Writes a pickled ``("ok", result)`` or ``("error", message)`` to stdout. A model that
 allocates gigabytes kills only this process.
@@ -42,12 +44,16 @@ def main() -> int:
             from fusionviz.compare import run_chunk_here
 
             result = ("ok", run_chunk_here(*payload[1:]))
+        elif payload[0] == "profile":
+            from fusionviz.profile import profile_here
+
+            result = ("ok", profile_here(*payload[1:]))
         else:
             result = ("ok", probe_here(*payload[1:]))
     except errors.FusionvizError as exc:
         result = ("error", str(exc))
     except MemoryError:
-        result = ("error", f"verification ran out of memory (cap {mem_mb} MB, FUSIONVIZ_VERIFY_MEM_MB)")
+        result = ("error", f"onnxruntime ran out of memory (cap {mem_mb} MB, FUSIONVIZ_VERIFY_MEM_MB)")
     sys.stdout.buffer.write(pickle.dumps(result))
     sys.stdout.flush()
     return 0
