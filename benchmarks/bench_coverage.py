@@ -91,6 +91,8 @@ def kernel_note(ops: list[str]) -> str:
         return "Gemm / FusedMatMul / FusedGemm (a fusion could hold part of it)"
     if "LSTM" in s or "GRU" in s:
         return "no kernel: recurrent cell with its surroundings"
+    if "Softmax" in s and "MatMul" in s:
+        return "Attention / MultiHeadAttention (part of an attention block; explain says why it stayed)"
     return "unclassified"
 
 
