@@ -19,6 +19,26 @@ def add_shape_arg(p) -> None:
                    help="concrete shape for an input with symbolic dims (repeatable; NAME may hold ':' '/' spaces)")
 
 
+def add_pass_args(p, *, group=None) -> None:
+    """``--passes a,b`` or ``--all`` (the default: every pass that keeps outputs equal)."""
+    g = group if group is not None else p.add_mutually_exclusive_group()
+    g.add_argument("--passes", default=None, help="comma-separated pass names (canonical order is used)")
+    g.add_argument("--all", action="store_true", help="every pass that keeps outputs equal (the default)")
+
+
+def pass_names_of(args) -> list[str]:
+    """The passes ``--passes`` / ``--all`` name, checked and in canonical order (one line when one is unknown)."""
+    from fusionviz.passes import registry
+
+    if getattr(args, "all", False) or args.passes is None:
+        names = registry.default_passes()
+    else:
+        names = [n for n in args.passes.split(",") if n.strip()]
+        if not names:
+            raise errors.InputSpecError("--passes is empty; name at least one pass or use --all.")
+    return [p.name for p in registry.resolve(names)]
+
+
 def add_input_args(p) -> None:
     """--shape, --input NAME=VALUE and --inputs FILE: what the user says about the inputs."""
     add_shape_arg(p)

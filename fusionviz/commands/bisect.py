@@ -76,10 +76,7 @@ def _passes(args) -> int:
     from fusionviz import bisect
     from fusionviz.passes import registry
 
-    names = registry.default_passes() if args.all else [n for n in args.passes.split(",") if n.strip()]
-    if not names:
-        raise errors.InputSpecError("--passes is empty; name at least one pass or use --all.")
-    passes = registry.resolve(names)
+    passes = registry.resolve(common.pass_names_of(args))
     loaded = common.load_model_arg(args.model)
     plan = common.input_plan_of(args, loaded.proto)
     common.say_inputs(plan)

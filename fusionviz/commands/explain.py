@@ -11,9 +11,7 @@ from fusionviz.commands import _common as common
 def register(sub) -> None:
     p = sub.add_parser("explain", help="per pass: applied sites and near misses (why a rewrite did not fire)")
     common.add_model_arg(p)
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--passes", default=None, help="comma-separated pass names (canonical order is used)")
-    g.add_argument("--all", action="store_true", help="every pass that keeps outputs equal (the default)")
+    common.add_pass_args(p)
     common.add_shape_arg(p)
     p.add_argument("--json", metavar="OUT.json", help="write the explanation as JSON ('-' for stdout)")
     p.add_argument("--limit", type=int, default=20, metavar="N",
@@ -69,13 +67,7 @@ def _lines(entry: dict, limit: int) -> list[str]:
 def run(args) -> int:
     from fusionviz.passes import registry, run_pipeline
 
-    if args.passes is None:
-        names = registry.default_passes()
-    else:
-        names = [n for n in args.passes.split(",") if n.strip()]
-        if not names:
-            raise errors.InputSpecError("--passes is empty; name at least one pass or use --all.")
-    passes = registry.resolve(names)
+    passes = registry.resolve(common.pass_names_of(args))
     if args.limit < 0:
         raise errors.InputSpecError("--limit must be 0 or more.")
     loaded = common.load_model_arg(args.model)

@@ -20,9 +20,7 @@ from fusionviz.commands import _common as common
 def register(sub) -> None:
     p = sub.add_parser("export-me", help="write the before/after graphs, provenance and overlays for Model Explorer")
     common.add_model_arg(p)
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--passes", default=None, help="comma-separated pass names (canonical order is used)")
-    g.add_argument("--all", action="store_true", help="every pass that keeps outputs equal (the default)")
+    common.add_pass_args(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write the JSON files into")
     p.add_argument("--time", action="store_true",
                    help="time every node of both graphs with onnxruntime's profiler (a few runs)")
@@ -38,13 +36,7 @@ def run(args) -> int:
     from fusionviz.graphview.overlays import error_overlay, memory_overlay, time_overlay
     from fusionviz.passes import registry, run_pipeline
 
-    if args.passes is None:
-        names = registry.default_passes()
-    else:
-        names = [n for n in args.passes.split(",") if n.strip()]
-        if not names:
-            raise errors.InputSpecError("--passes is empty; name at least one pass or use --all.")
-    passes = registry.resolve(names)
+    passes = registry.resolve(common.pass_names_of(args))
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise errors.InputSpecError(f"'{args.output}' is a file; give a folder for the JSON files.")

@@ -24,9 +24,7 @@ def register(sub) -> None:
     p = sub.add_parser("optimize", help="apply passes, verify in onnxruntime, save")
     common.add_model_arg(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--passes", default=None, help="comma-separated pass names (canonical order is used)")
-    g.add_argument("--all", action="store_true", help="every pass that keeps outputs equal")
+    common.add_pass_args(p)
     common.add_input_args(p)
     common.add_freeze_arg(p)
     p.add_argument("--report", metavar="REPORT.(json|html|md)",
@@ -60,13 +58,7 @@ def run(args) -> int:
     if args.report and R.format_of(args.report) is None:  # before any work
         raise errors.InputSpecError(f"--report must end in .json, .html or .md, not '{args.report}'.")
 
-    if args.all or args.passes is None:
-        names = registry.default_passes()
-    else:
-        names = [n for n in args.passes.split(",") if n.strip()]
-        if not names:
-            raise errors.InputSpecError("--passes is empty; name at least one pass or use --all.")
-    passes = registry.resolve(names)  # validates names before any work
+    passes = registry.resolve(common.pass_names_of(args))  # validates names before any work
     loaded, plan, shapes, _ = common.load_with_plan(args, run_check=not args.no_verify)  # before any pass runs
     frozen = common.freeze_of(args, plan)
     keep = _keep_fp32(args, loaded.proto, passes)

@@ -190,20 +190,10 @@ def init(argv: Sequence[str] | None = None) -> None:
     ss[MODEL] = None
     ss[ORIGIN] = {"kind": "none", "name": ""}
     ss[PASSES] = []
-    ss[DIMS] = {}
-    ss[VALUES] = {}
-    ss[DATA] = None
-    ss[DATA_ERROR] = None
-    ss[FOCUS] = None
-    ss[BODY] = None
-    ss[NEAR_MISS] = None
-    ss[SELECTED] = None
-    ss[COMPARE] = "current"
+    _forget_model_state(ss)
     ss[GRAPH_OPTS] = dict(_DEFAULT_GRAPH_OPTS)
-    ss[BENCH] = None
     ss[BENCH_JOB] = None
     ss[TOUR] = None
-    ss[LOAD_ERROR] = None
     ss[MESSAGE] = None
     ss[GRAPH_VIEW] = "passes"
     ss[URL_SENT] = {}
@@ -285,12 +275,8 @@ def scrub(text: str) -> str:
     return re.sub(r"(?<![\w.:/])(?:/[^\s/'\"`:;,()]+)+/([^\s/'\"`:;,()]+)", r"\1", text)
 
 
-def set_model(loaded: LoadedModel, origin: dict, passes: Sequence[str] | None = None) -> None:
-    """Make ``loaded`` the current model; reset what belonged to the previous one."""
-    ss = st.session_state
-    ss[MODEL] = loaded
-    ss[ORIGIN] = dict(origin)
-    ss[PASSES] = canonical(passes) if passes is not None else default_passes()
+def _forget_model_state(ss) -> None:
+    """What belongs to one model (its dims, values, data, focus, selection, benchmark): empty."""
     ss[DIMS] = {}
     ss[VALUES] = {}
     ss[DATA] = None
@@ -302,6 +288,15 @@ def set_model(loaded: LoadedModel, origin: dict, passes: Sequence[str] | None = 
     ss[COMPARE] = "current"
     ss[BENCH] = None
     ss[LOAD_ERROR] = None
+
+
+def set_model(loaded: LoadedModel, origin: dict, passes: Sequence[str] | None = None) -> None:
+    """Make ``loaded`` the current model; reset what belonged to the previous one."""
+    ss = st.session_state
+    ss[MODEL] = loaded
+    ss[ORIGIN] = dict(origin)
+    ss[PASSES] = canonical(passes) if passes is not None else default_passes()
+    _forget_model_state(ss)
     if origin.get("kind") != "sample":
         cache.hold_model(loaded, origin)
 
