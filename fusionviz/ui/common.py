@@ -374,26 +374,26 @@ def exports(loaded: Any, result: Any, verify_result: Any = None, bench: dict | N
     c = st.columns(4)
     from fusionviz import model_io
 
+    files = [  # (column, label, make the bytes, file name, mime, key, help)
+        (1, "Report (JSON)", lambda: report.to_json(rep), f"{stem}.fusionviz.json", "application/json", "dl_json",
+         None),
+        (2, "Report (HTML)", lambda: report_html.render(rep, before=result.original, after=final),
+         f"{stem}.fusionviz.html", "text/html", "dl_html",
+         "One page that opens offline: both graphs, the passes, near misses, verification, environment and the "
+         "command."),
+        (3, "Report (Markdown)", lambda: report.markdown(rep), f"{stem}.fusionviz.md", "text/markdown", "dl_md", None),
+    ]
     if final.ByteSize() + model_io.bytes_on_disk(final) > model_io.PROTO_MAX_BYTES:
         c[0].caption("The optimized model is over 2 GB, too big for one file: the command in the report "
                      "writes it with its weights beside it (OUT.onnx.data).")
     else:
-        c[0].download_button("Optimized model (.onnx)", lambda: model_io.one_file_bytes(final),
-                             file_name=export_name(loaded), mime="application/octet-stream", key="dl_model",
-                             icon=":material/download:", width="stretch", on_click="ignore",
-                             help="The model after the selected passes, as the command in the report writes it "
-                                  "(one file: weights kept on disk are read into it).")
-    c[1].download_button("Report (JSON)", lambda: report.to_json(rep), file_name=f"{stem}.fusionviz.json",
-                         mime="application/json", key="dl_json", icon=":material/download:", width="stretch",
-                         on_click="ignore")
-    c[2].download_button("Report (HTML)", lambda: report_html.render(rep, before=result.original, after=final),
-                         file_name=f"{stem}.fusionviz.html", mime="text/html", key="dl_html",
-                         icon=":material/download:", width="stretch", on_click="ignore",
-                         help="One page that opens offline: both graphs, the passes, near misses, verification, "
-                              "environment and the command.")
-    c[3].download_button("Report (Markdown)", lambda: report.markdown(rep), file_name=f"{stem}.fusionviz.md",
-                         mime="text/markdown", key="dl_md", icon=":material/download:", width="stretch",
-                         on_click="ignore")
+        files.insert(0, (0, "Optimized model (.onnx)", lambda: model_io.one_file_bytes(final), export_name(loaded),
+                         "application/octet-stream", "dl_model",
+                         "The model after the selected passes, as the command in the report writes it (one file: "
+                         "weights kept on disk are read into it)."))
+    for col, label, make, name, mime, key, tip in files:
+        c[col].download_button(label, make, file_name=name, mime=mime, key=key, icon=":material/download:",
+                               width="stretch", on_click="ignore", help=tip)
     if rep.get("command"):
         st.caption("Reproduce on the command line:")
         st.code(rep["command"], language="bash", wrap_lines=True)

@@ -559,14 +559,10 @@ def _marks(rendered: dict[str, Rendered | None], cp: Counterpart | None, hits: d
 def _details(before: onnx.ModelProto, after: onnx.ModelProto, links: Links, pair_key: tuple) -> None:
     """Rule 1: the selected node and what stands for it on the other side, both in full."""
     name, side = selection(links)
-    if not name:
-        st.caption("Click a node (or focus one from the search) to see it on both sides: attributes, "
-                   "shapes, weights and provenance.")
+    cp = panel_view.counterpart_of(links, name, side, "Click a node (or focus one from the search) to see it on "
+                                   "both sides: attributes, shapes, weights and provenance.")
+    if cp is None:
         return
-    if side is None:
-        st.caption(f"Node `{name}` is in neither graph of this pair.")
-        return
-    cp = links.counterpart(side, name)
     models = {"before": before, "after": after}
     st.markdown(f"**{cp.op} `{name}`** ({side}): {cp.relation}")
     c1, _ = st.columns([1, 5])

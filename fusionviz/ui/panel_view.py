@@ -141,6 +141,18 @@ def _panel(key: tuple, node: str, side: str, _model: onnx.ModelProto, _diff, _ne
     return node_panel(_model, node, side, diff=_diff, near_misses=_near, overlays=_overlays)
 
 
+def counterpart_of(links: Any, name: str | None, side: str | None, hint: str) -> Any:
+    """The selected node's counterpart (``Links.counterpart``), or None after a caption saying why
+    there is none: nothing selected (``hint`` says how to select), or a node of neither graph."""
+    if not name:
+        st.caption(hint)
+        return None
+    if side is None:
+        st.caption(f"Node `{name}` is in neither graph of this pair.")
+        return None
+    return links.counterpart(side, name)
+
+
 def draw(height: int, models: dict[str, onnx.ModelProto], pair_key: tuple, diff: Any, links: Any,
          selection: tuple[str | None, str | None], near_misses: tuple, overlays: dict[str, dict],
          on_focus: Callable[[str | None, str | None], None]) -> None:
@@ -151,15 +163,11 @@ def draw(height: int, models: dict[str, onnx.ModelProto], pair_key: tuple, diff:
     box = st.container(height=height, border=True, key="graph_panel")
     name, side = selection
     with box:
-        if not name:
-            st.caption("**Node details.** Click a node in either pane (or search one) to see it here on both "
-                       "sides: attributes, inputs and outputs with shapes, weights, provenance, near misses, "
-                       "and the overlays' values.")
+        cp = counterpart_of(links, name, side, "**Node details.** Click a node in either pane (or search one) to "
+                            "see it here on both sides: attributes, inputs and outputs with shapes, weights, "
+                            "provenance, near misses, and the overlays' values.")
+        if cp is None:
             return
-        if side is None:
-            st.caption(f"Node `{name}` is in neither graph of this pair.")
-            return
-        cp = links.counterpart(side, name)
 
         def ovs(s: str) -> tuple:
             return tuple(by_side[s] for by_side in overlays.values() if s in by_side)
