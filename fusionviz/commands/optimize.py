@@ -30,19 +30,21 @@ def register(sub) -> None:
     p.add_argument("--report", metavar="REPORT.(json|html|md)",
                    help="write the report; the extension picks the format: .json (data), .html (one self-contained "
                         "page with both graphs, the passes, near misses, verification, environment), .md")
-    p.add_argument("--external-data", action="store_true",
-                   help="write the weights (initializers of 1 MB or more) to OUT.onnx.data next to the model; done "
-                        "anyway when the model's weights stay on disk (big models) or it would pass protobuf's 2 GB")
-    p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
     p.add_argument("--keep-fp32", metavar="NODE,NODE", default=None,
                    help="precision passes (fp16, int8_*) keep these nodes in float32 (compare of the original "
                         "and a precision result lists the nodes that add the most error)")
-    p.add_argument("--compare", action="store_true",
-                   help="compare every intermediate tensor of the original and the result and put the rows in "
-                        "--report (done anyway when verification fails, a pass is declined or a pass is lossy)")
-    p.add_argument("--no-bisect", action="store_true",
-                   help="when verification fails, fail (exit 3) instead of finding the passes responsible and "
-                        "delivering the verified rest without them")
+    switches = {
+        "--external-data": "write the weights (initializers of 1 MB or more) to OUT.onnx.data next to the model; "
+                           "done anyway when the model's weights stay on disk (big models) or it would pass "
+                           "protobuf's 2 GB",
+        "--no-verify": "skip the onnxruntime comparison",
+        "--compare": "compare every intermediate tensor of the original and the result and put the rows in --report "
+                     "(done anyway when verification fails, a pass is declined or a pass is lossy)",
+        "--no-bisect": "when verification fails, fail (exit 3) instead of finding the passes responsible and "
+                       "delivering the verified rest without them",
+    }
+    for flag, tip in switches.items():
+        p.add_argument(flag, action="store_true", help=tip)
     p.add_argument("--rtol", type=float, default=1e-4,
                    help="relative tolerance: |a-b| <= atol + rtol*|b| + noise floor (default 1e-4)")
     p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
