@@ -111,10 +111,50 @@ def test_zoo_runs_a_small_sweep_from_the_page(server, page):
     _choose(page, "Models", "sample: textbook")
     _choose(page, "Pass sets", "identity_elimination")
     _choose(page, "Pass sets", "all")
-    page.get_by_text("2 cells;").wait_for()
+    page.get_by_text("4 cells;").wait_for()  # the loaded model (chosen to start with) and textbook
     page.get_by_role("button", name="Run the sweep").click()
-    page.get_by_text("Results: artifacts/sweep/zoo_").wait_for(timeout=120_000)
+    page.get_by_text("Results: artifacts/sweep/zoo_").wait_for(timeout=180_000)
     _cell_xy(page, "textbook", "all")
     time.sleep(1.0)
     assert page.locator('[data-testid="stException"]').count() == 0
     page.screenshot(path=str(SCREENS / "zoo_page_sweep.png"), full_page=True)
+
+
+def test_zoo_sweeps_the_loaded_model_and_shows_node_changes(browser, tmp_path):
+    """A model opened by path is the page's sweep target by default; its cells say their node change."""
+    import sys
+
+    import onnx
+    from conftest import fresh_server, wait_idle
+
+    if str(ROOT / "tests" / "ui") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests" / "ui"))
+    from gv_model import tiny_cnn
+
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "my_cnn.onnx"
+    onnx.save(tiny_cnn(), path)
+    with fresh_server("--model", str(path), name="zoo-loaded") as base:
+        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        try:
+            page.goto(base + "/zoo")
+            page.get_by_text("Zoo: every model × pass set").wait_for()
+            wait_idle(page)
+            page.get_by_role("tab", name="Run a small sweep").click()
+            models = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Models")
+            assert "loaded: my_cnn.onnx" in models.inner_text()
+            _choose(page, "Pass sets", "fold_batchnorm")
+            _choose(page, "Pass sets", "all")
+            page.get_by_text("2 cells;").wait_for()
+            page.get_by_role("button", name="Run the sweep").click()
+            page.get_by_text("Results: artifacts/sweep/zoo_").wait_for(timeout=180_000)
+            _cell_xy(page, "my_cnn", "all")
+            texts = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot text')]"
+                                  ".map(t => t.textContent || '')")
+            assert any(re.fullmatch(r"3→[12]", t.strip()) for t in texts), texts[:40]
+            assert page.locator('[data-testid="stException"]').count() == 0
+            page.screenshot(path=str(SCREENS / "zoo_loaded_model_nodes.png"), full_page=True)
+        finally:
+            ctx.close()
