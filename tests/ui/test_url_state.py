@@ -85,3 +85,24 @@ def test_graph_options_encode_and_decode():
     for name, value in (("collapse", False), ("hops", 4), ("expanded", ["a/b", "block A.2"]), ("error", True),
                         ("overlay", "time")):
         assert state.decode_opt(name, state.encode_opt(value)) == value
+
+
+def test_the_tour_step_link_carries_that_step_s_state(monkeypatch):
+    import streamlit as st
+
+    asked: list[dict] = []
+    original = st.switch_page
+
+    def spy(page, *, query_params=None, **kw):
+        asked.append(dict(query_params or {}))
+        return original(page, query_params=query_params, **kw)
+
+    monkeypatch.setattr(st, "switch_page", spy)
+    at = _run(AppTest.from_file(APP, default_timeout=TIMEOUT), "learn",
+              {"sample": "textbook", "passes": "identity_elimination"})
+    at.button(key="tour_start").click().run()
+    assert not at.exception, at.exception
+    assert asked, "the tour did not switch pages"
+    link = asked[-1]
+    assert link.get("passes") == ",".join(at.session_state[state.PASSES])
+    assert link.get("sample") == at.session_state[state.ORIGIN]["name"]
