@@ -26,7 +26,7 @@ Rules (the code points back to them):
    residual Add, an SE Mul, a Concat). Then the most frequent adjacent pair of tokens is made
    one token, again and again while some pair occurs twice (byte-pair merging), never pairing
    two tokens that both hold a join (one residual block, not two) nor growing past
-   ``BLOCK_MAX_NODES`` nodes. Every token of two or more nodes that occurs at least twice is a
+   ``BLOCK_MAX_NODES`` nodes (at most ``MAX_MERGES`` merges). Every token of two or more nodes that occurs at least twice is a
    block, named by its pattern and occurrence (``block A.3``: the third of pattern A); a piece
    with a join that occurs once and has at least ``REGION_MIN_NODES`` nodes is a block too
    (``region 2``: a detector's neck). Blocks are one-level scopes for rule 3 (auto-open, the
@@ -58,6 +58,8 @@ SKIP_SPAN = 40
 BLOCK_MAX_NODES = 40
 #: Rule 5: a piece with a join that occurs once is a block from this many nodes.
 REGION_MIN_NODES = 6
+#: Rule 5: at most this many merges (each one pass over the pieces; real models need 8-14).
+MAX_MERGES = 400
 
 
 def scope_key(scope: tuple[str, ...]) -> str:
@@ -297,7 +299,7 @@ def structural_blocks(dg: DisplayGraph) -> dict[str, tuple[str, ...]]:
         size[tid], join[tid] = len(piece), len(piece) > 1
         tokens.append(tid)
     fresh = len(sig_ids)
-    while True:  # byte-pair merging
+    for _ in range(MAX_MERGES):  # byte-pair merging
         pairs: Counter = Counter()
         for a, b in zip(tokens, tokens[1:], strict=False):
             if size[a] + size[b] <= BLOCK_MAX_NODES and not (join[a] and join[b]):
