@@ -143,6 +143,9 @@ class Pass:
     refines_shapes: ClassVar[bool] = False
     #: True when outputs must stay equal (fp32 tolerance); False for precision passes.
     exact: ClassVar[bool] = True
+    #: Why ``--all`` (``registry.default_passes``) leaves this exact pass out, when it does: a
+    #: rewrite measured slower on the CPU runtime than what it replaces stays a choice, not a default.
+    not_in_all: ClassVar[str] = ""
     #: True for passes that rebuild the whole model and implement :meth:`origin_tensor`.
     uses_origin_hints: ClassVar[bool] = False
     #: The onnxruntime level (``fusionviz.ortlevels.LEVELS``) whose own optimizers make this

@@ -91,8 +91,9 @@ def resolve(names: Iterable[str]) -> list[Pass]:
 
 
 def default_passes() -> list[str]:
-    """Everything that keeps outputs equal (no precision passes): what ``--all`` runs."""
-    return [p.name for p in all_passes() if p.exact]
+    """What ``--all`` runs: every pass that keeps outputs equal (no precision passes), less those
+    that say why not (``Pass.not_in_all``: measured slower on onnxruntime's CPU provider)."""
+    return [p.name for p in all_passes() if p.exact and not p.not_in_all]
 
 
 def mirroring(level: str) -> list[str]:

@@ -104,6 +104,8 @@ def _explain(p, cat: str) -> str:
     """A pass's tooltip: what it does and why it is faster (one element per pass: a popover per
     pass made every toggle redraw some 150 elements before the graph)."""
     warn = "" if p.exact else "\n\n**Changes the numbers**: verification reports the error."
+    if p.not_in_all:
+        warn += f"\n\n**Not in --all**: {p.not_in_all}."
     return f"**{p.title}** · `{p.name}` · {cat}\n\n{p.explain or 'No explanation yet.'}{warn}"
 
 

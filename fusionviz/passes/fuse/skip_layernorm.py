@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import ClassVar
 
 import numpy as np
 import onnx_ir as ir
@@ -46,9 +47,12 @@ def _is_3d_same(a: ir.Value, b: ir.Value) -> str | None:
 
 
 class SkipLayerNormFusion(Pass, name="skip_layernorm_fusion", category=Category.FUSE, order=310,
-                          trigger_ops={"LayerNormalization", "ReduceMean"}):
-    title = "Add + LayerNormalization (or RMSNorm) → SkipLayerNormalization (SkipSimplifiedLayerNormalization)"
+                          trigger_ops={"LayerNormalization"}):
+    title = "Add + LayerNormalization → SkipLayerNormalization"
     needs_shapes = True
+    not_in_all = ("onnxruntime 1.32's CPU SkipLayerNormalization is slower than the Add + LayerNormalization it "
+                  "replaces (35 vs ~9 µs a row block on the GPT-2 export; --all was 1.13× slower with it, 0.95× "
+                  "without): select it by name")
     explain = """\
 **What:** `LayerNormalization(a + b [+ bias])` — the residual connection of every transformer
 block — becomes `com.microsoft.SkipLayerNormalization(a, b, γ, β, bias)`. When the sum itself is
@@ -63,16 +67,20 @@ one kernel instead of two or three.
 Requires 3-D `(B, S, H)` operands (skip may be `(1, S, H)` or `(S, H)`) and normalisation over
 the last axis only.
 
-**RMSNorm:** an RMSNorm written out after the residual Add, `s · 1/√(mean(s²) + ε) · γ` (Llama,
-Qwen2; `Pow(s, 2)` or `s·s`, `·1/√` or `/√`, γ on either side), becomes
-`com.microsoft.SkipSimplifiedLayerNormalization(a, b, γ, bias)` the same way.
+**RMSNorm:** the same with an RMSNorm is its own pass, `fuse_skip_rmsnorm` (its kernel is
+faster than what it replaces, so `--all` runs it).
 
 **Measured caveat:** with onnxruntime 1.32 on an AVX-512 CPU, 1 thread, the BERT sample
 (hidden 128, seq 128) ran ~15% *slower* with this kernel than with `LayerNormalization` + `Add`
-(its CPU kernel is slower per row at small hidden sizes). onnxruntime's own level "all" makes
-the same fusion once shapes are static; `tune` finds this and drops the pass and/or switches off
-onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
+(its CPU kernel is slower per row at small hidden sizes), and a dynamo GPT-2 export 13% slower
+(each SkipLayerNormalization 35 µs where LayerNormalization took 6 µs). So `--all` leaves this
+pass out (select it by name, or let `tune` try it); `tune` also switches off onnxruntime's own
+`SkipLayerNormFusion` where that is slower. Fewer nodes is not always faster: measure.
 """
+
+    #: Which norm this pass fuses: "layernorm" (LayerNormalization) or "rmsnorm" (an RMSNorm
+    #: written out, into SkipSimplifiedLayerNormalization: ``fuse_skip_rmsnorm``).
+    norm: ClassVar[str] = "layernorm"
 
     def transform(self, model: ir.Model) -> None:
         namer = Namer(model)
@@ -81,7 +89,7 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
             if node.graph is None or node.domain != "":
                 continue
             norm = _norm_site(node)
-            if norm is None:
+            if norm is None or (norm[0].op_type == "LayerNormalization") != (self.norm == "layernorm"):
                 continue
             ln, x, gamma, beta, eps, norm_nodes = norm
             add = produced_by(x, "Add")
@@ -89,7 +97,7 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
                 continue
             why = _skln_params(x, gamma, beta)
             if why is not None:
-                logger.info("skip_layernorm_fusion: %s not fused: %s", ln.name, why)
+                logger.info("%s: %s not fused: %s", self.name, ln.name, why)
                 nearmiss.note([ln, add], ln, why, rule="skip_layernorm")
                 continue
             if not float32_or_unknown(x):
@@ -103,7 +111,7 @@ onnxruntime's `SkipLayerNormFusion`. Fewer nodes is not always faster: measure.
             if why is not None:
                 a, b = b, a
                 if _is_3d_same(a, b) is not None:
-                    logger.info("skip_layernorm_fusion: %s not fused: %s", ln.name, why)
+                    logger.info("%s: %s not fused: %s", self.name, ln.name, why)
                     nearmiss.note([ln, add], add, why, rule="skip_layernorm")
                     continue
             # Fold a 1-D bias add feeding the input: a = a0 + bias.
