@@ -70,16 +70,17 @@ def test_speed_vs_error_scatter():
 
 def _steps():
     from fusionviz.bench import BenchResult, Settings, compute_stats
+    from fusionviz.experiment.variant import Role
 
-    def res(label, rounds, passes=(), static=1000):
+    def res(label, rounds, role, passes=(), static=1000):
         return BenchResult(label, passes, Settings(), compute_stats(list(rounds)),
-                           {"static_sum_intermediate_bytes": static}, round_medians_ms=tuple(rounds))
+                           {"static_sum_intermediate_bytes": static}, round_medians_ms=tuple(rounds), role=role)
 
     drift = [1.0, 1.5, 2.0, 1.2, 1.8, 1.1, 1.6, 1.3]
-    return [res("original", [10 * d for d in drift]),
-            res("+a", [8 * d for d in drift], ("a",), 600),
+    return [res("original", [10 * d for d in drift], Role("original")),
+            res("+a", [8 * d for d in drift], Role("step", "a"), ("a",), 600),
             res("+b", [8 * d * f for d, f in zip(drift, [1.02, 0.97, 1.01, 0.99, 1.03, 0.98, 1.0, 1.0],
-                                                   strict=True)], ("a", "b"), 600)]
+                                                   strict=True)], Role("step", "b"), ("a", "b"), 600)]
 
 
 def test_the_what_if_chart_and_its_table_say_the_same_from_the_same_effects():
