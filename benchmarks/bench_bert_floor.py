@@ -8,7 +8,7 @@ ORT_ENABLE_ALL. This script measures the floor any exact graph rewrite faces:
    same numbers whatever kernel computes them).
 2. onnxruntime's profiler (1 thread) gives each op type's kernel time, for the original under
    ORT_ENABLE_ALL and for the best configuration tune finds on this CPU ("tuned-like": every
-   exact pass except skip_layernorm_fusion, onnxruntime at ``basic`` so that it does not fuse
+   exact pass except fuse_skip_layernorm, onnxruntime at ``basic`` so that it does not fuse
    SkipLayerNormalization itself). GEMM rate = MatMul FLOPs / the original's MatMul-family time.
 3. The floor is the smaller GEMM-family time of the two (MatMul, FusedMatMul, Gemm, and
    Attention, whose softmax then counts as GEMM time) plus the smaller time of the kernels every
@@ -95,7 +95,7 @@ def main() -> int:
     ap.add_argument("--seq", default="32,128")
     ap.add_argument("--runs", type=int, default=300)
     args = ap.parse_args()
-    best_passes = [p for p in registry.default_passes() if p != "skip_layernorm_fusion"]
+    best_passes = [p for p in registry.default_passes() if p != "fuse_skip_layernorm"]
     print("| model | seq | MatMul MFLOP | GEMM rate GFLOP/s (original) | GEMM-family ms | kept kernels ms "
           "| floor ms | orig@all ms | floor / orig@all | tuned-like ms | tuned-like / orig@all |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -104,7 +104,7 @@ def main() -> int:
         for seq in (int(s) for s in args.seq.split(",")):
             shapes = {i.name: [1, seq] for i in model.graph.input}
             feeds = make_inputs(model, shapes)
-            folded = run_pipeline(model, ["constant_folding", "cast_expand_simplify"], shapes=shapes,
+            folded = run_pipeline(model, ["fold_constants", "eliminate_cast_expand"], shapes=shapes,
                                   keep_snapshots=False).final
             cost = model_cost(folded, shapes)
             mm_flops = sum(n["flops"] for n in cost.per_node if n["op_type"] in GEMM_OPS)

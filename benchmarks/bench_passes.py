@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 #: the passes of fuse_conv / fuse_matmul / fuse_norm_act (this script's owner's share of the time)
 FUSION_PASSES = {"fold_batchnorm", "fuse_conv_affine", "fuse_conv_add_bias", "fuse_pad_into_conv",
-                 "matmul_add_to_gemm", "fuse_conv_activation", "fuse_gelu", "fuse_layernorm"}
+                 "fuse_matmul_add", "fuse_conv_activation", "fuse_gelu", "fuse_layernorm"}
 
 
 def _models(only: list[str] | None) -> list[tuple[str, onnx.ModelProto]]:

@@ -1,7 +1,7 @@
 """Wall time of a zoo sweep on local Ray with 1 worker vs 2 (correctness only), end to end.
 
     python benchmarks/bench_sweep.py                 # the wild corpus, --passes each
-    python benchmarks/bench_sweep.py --ci --passes all,cse
+    python benchmarks/bench_sweep.py --ci --passes all,eliminate_common_subexpressions
     python benchmarks/bench_sweep.py --workers 2,1   # another order
     python benchmarks/bench_sweep.py --first 12 --workers 1,2,1,2,1,2   # alternating, on a subset
 

@@ -80,7 +80,7 @@ SAMPLES: tuple[SampleSpec, ...] = (
         "Same ResNet (dynamo export, optimize=False)",
         "The same network and weights from the dynamo exporter without its optimizer: "
         "CastLike/Expand bias blocks hide the BatchNorm folding from simple pattern matchers.",
-        ("fold_batchnorm", "constant_folding", "cast_elimination", "operation_fusion",
+        ("fold_batchnorm", "fold_constants", "cast_elimination", "operation_fusion",
          "exporter_differences"),
         "torch.onnx.export(dynamo=True, optimize=False, opset 18), weights embedded",
         ("BatchNormalization", "Conv", "CastLike"),
@@ -90,8 +90,8 @@ SAMPLES: tuple[SampleSpec, ...] = (
         "BERT-style encoder (TorchScript export)",
         "3-layer BERT encoder (hidden 128, 4 heads) with eager attention written out, "
         "LayerNorm and erf-GELU; dynamic batch and seq.",
-        ("attention_fusion", "gelu_fusion", "layernorm_fusion", "matmul_add_to_gemm",
-         "constant_folding", "shape_simplification", "dynamic_shapes"),
+        ("fuse_attention", "gelu_fusion", "layernorm_fusion", "fuse_matmul_add",
+         "fold_constants", "shape_simplification", "dynamic_shapes"),
         "torch.onnx.export(dynamo=False, do_constant_folding=False, opset 17, dynamic_axes batch/seq)",
         ("Softmax", "Erf", "MatMul", "LayerNormalization", "Gather", "Transpose"),
     ),
@@ -100,7 +100,7 @@ SAMPLES: tuple[SampleSpec, ...] = (
         "BERT-style encoder (dynamo export, optimize=False)",
         "The same encoder and weights from the dynamo exporter without its optimizer: "
         "symbolic-shape arithmetic and CastLike nodes around attention.",
-        ("attention_fusion", "gelu_fusion", "layernorm_fusion", "constant_folding",
+        ("fuse_attention", "gelu_fusion", "layernorm_fusion", "fold_constants",
          "cast_elimination", "exporter_differences", "dynamic_shapes"),
         "torch.onnx.export(dynamo=True, optimize=False, opset 18, dynamic_shapes batch/seq)",
         ("Softmax", "Erf", "MatMul", "LayerNormalization"),
@@ -130,9 +130,9 @@ SAMPLES: tuple[SampleSpec, ...] = (
         "Textbook: every simplification in small form",
         "Hand-built graph with Identity, Dropout, Pad->Conv, Transpose pair, dead branch, "
         "constant subgraph, duplicate subexpression, MatMul+Add, x*1, x+0, no-op Cast, Conv+BN+Relu.",
-        ("identity_elimination", "dropout_elimination", "fold_pad_into_conv",
-         "transpose_elimination", "dead_code_elimination", "constant_folding",
-         "common_subexpression_elimination", "matmul_add_to_gemm", "noop_arithmetic",
+        ("eliminate_identity", "eliminate_dropout", "fold_pad_into_conv",
+         "transpose_elimination", "eliminate_dead_code", "fold_constants",
+         "common_subexpression_elimination", "fuse_matmul_add", "noop_arithmetic",
          "cast_elimination", "fold_batchnorm", "conv_activation"),
         "onnx.helper, opset 17 (hand-built)",
         ("Identity", "Dropout", "Pad", "Transpose", "Cast", "Conv", "BatchNormalization", "Relu",
@@ -505,19 +505,19 @@ def build_textbook(path: Path) -> onnx.ModelProto:
     """Hand-built graph with every simplification opportunity in small form.
 
     Data path (input [1,3,16,16] -> output [1,4]):
-      1. Identity                                 -> identity_elimination
+      1. Identity                                 -> eliminate_identity
       2. Cast to FLOAT of a FLOAT tensor            -> cast_elimination
       3. Pad (zeros, spatial only) -> Conv (pads 0) -> fold_pad_into_conv
       4. Conv -> BatchNormalization -> Relu          -> fold_batchnorm, conv_activation
-      5. Dropout(ratio=0.1, inference)             -> dropout_elimination
+      5. Dropout(ratio=0.1, inference)             -> eliminate_dropout
       6. Mul by 1, Add 0                           -> noop_arithmetic
       7. Transpose(0,2,3,1) -> Transpose(0,3,1,2)  -> transpose_elimination
       8. x*Sigmoid(x) computed twice, then Add     -> common_subexpression_elimination
-      9. Exp -> Neg that nothing uses              -> dead_code_elimination
+      9. Exp -> Neg that nothing uses              -> eliminate_dead_code
      10. GlobalAveragePool -> Reshape whose shape is Shape->Gather->Unsqueeze->Concat
-                                                    -> constant_folding / shape simplification
+                                                    -> fold_constants / shape simplification
      11. MatMul with a weight made by Constant->Add->Mul, then Add bias (2-D)
-                                                    -> constant_folding, matmul_add_to_gemm
+                                                    -> fold_constants, fuse_matmul_add
     """
     rng = np.random.default_rng(SEED)
     f32 = np.float32

@@ -169,8 +169,8 @@ def test_passes_declare_what_they_mirror_in_onnxruntime():
     declared = {p.name: p.mirrors_ort for p in all_passes() if p.mirrors_ort is not None}
     assert set(declared.values()) <= set(LEVELS)
     basic = registry.mirroring("basic")
-    assert "fold_batchnorm" in basic and "constant_folding" in basic
-    assert "attention_fusion" not in basic and "nchwc_layout" not in basic  # extended / layout in onnxruntime
+    assert "fold_batchnorm" in basic and "fold_constants" in basic
+    assert "fuse_attention" not in basic and "nchwc_layout" not in basic  # extended / layout in onnxruntime
     page = (PKG / "ui" / "passes_page.py").read_text()
     assert "_BASIC_KEYS" not in page and "registry.mirroring(\"basic\")" in page
 

@@ -141,7 +141,7 @@ def test_per_tensor_comparison_reads_the_weights_from_disk(tmp_path):
     from fusionviz.compare import compare_models
 
     loaded = model_io.load_path(_small(tmp_path), limits=ON_DISK)
-    result = run_pipeline(loaded.proto, ["dedup_initializers"], keep_snapshots=False)
+    result = run_pipeline(loaded.proto, ["eliminate_duplicate_initializers"], keep_snapshots=False)
     got = compare_models(result.original, result.final, isolated=True)
     rows = got.compared
     assert rows and all(r.diff is not None and r.diff.ok for r in rows), [(r.status, r.note) for r in got.rows][:5]
@@ -273,15 +273,15 @@ def test_optimize_says_where_the_weights_went_on_stderr_and_in_the_report(tmp_pa
     src = _small(tmp_path / "src")
     out = tmp_path / "out" / "r.onnx"
     rep = tmp_path / "r.json"
-    code, _, err, _ = run_cli("optimize", src, "-o", out, "--passes", "dedup_initializers", "--report", rep,
+    code, _, err, _ = run_cli("optimize", src, "-o", out, "--passes", "eliminate_duplicate_initializers", "--report", rep,
                            env={"FUSIONVIZ_WEIGHTS_ON_DISK_MB": "0"})
     assert code == 0, err
     assert f"wrote {out} (weights in {out}.data)" in err
     assert any(f"{out}.data" in n for n in json.loads(rep.read_text())["notes"])
-    code, _, err, _ = run_cli("optimize", src, "-o", tmp_path / "e.onnx", "--passes", "dedup_initializers",
+    code, _, err, _ = run_cli("optimize", src, "-o", tmp_path / "e.onnx", "--passes", "eliminate_duplicate_initializers",
                            "--external-data")
     assert code == 0 and f"(weights in {tmp_path / 'e.onnx'}.data)" in err, err
-    code, _, err, _ = run_cli("optimize", src, "-o", tmp_path / "one.onnx", "--passes", "dedup_initializers")
+    code, _, err, _ = run_cli("optimize", src, "-o", tmp_path / "one.onnx", "--passes", "eliminate_duplicate_initializers")
     assert code == 0 and "weights in" not in err and not (tmp_path / "one.onnx.data").exists(), err
 
 

@@ -158,14 +158,14 @@ def test_narrow_at_the_bound_keeps_the_shortest_failing_prefix():
 def test_one_broken_pass_bisects_to_exactly_that_pass(broken):
     model = make_model()
     plan = plan_inputs(model, InputSpec())
-    names = ["identity_elimination", "dropout_elimination", "matmul_add_to_gemm", "test_scale_weight",
-             "dedup_initializers"]
+    names = ["eliminate_identity", "eliminate_dropout", "fuse_matmul_add", "test_scale_weight",
+             "eliminate_duplicate_initializers"]
     lines = []
     result = bisect.bisect(model, names, plan, progress=lines.append)
     assert [f.passes for f in result.findings] == [("test_scale_weight",)]
     assert result.declined == ("test_scale_weight",)
     assert result.delivered and not result.bound_hit
-    assert "test_scale_weight" not in result.rest and "matmul_add_to_gemm" in result.rest
+    assert "test_scale_weight" not in result.rest and "fuse_matmul_add" in result.rest
     assert result.describe().startswith("fails with test_scale_weight alone; passes without it")
     why = result.reasons()["test_scale_weight"]
     assert why.startswith("its result changed output 'y' on input set 'normal' beyond tolerance: max rel")
@@ -174,14 +174,14 @@ def test_one_broken_pass_bisects_to_exactly_that_pass(broken):
     merged = {r.name: r for r in result.result_with_declined().reports}
     assert merged["test_scale_weight"].status == "declined"
     assert merged["test_scale_weight"].declined == why
-    assert merged["matmul_add_to_gemm"].status == "applied"
+    assert merged["fuse_matmul_add"].status == "applied"
     assert verify(model, result.rest_result.final, plan=plan).ok
 
 
 def test_precision_passes_are_left_out_of_bisection(broken):
     model = make_model()
     plan = plan_inputs(model, InputSpec())
-    result = bisect.bisect(model, ["identity_elimination", "test_scale_weight", "fp16"], plan)
+    result = bisect.bisect(model, ["eliminate_identity", "test_scale_weight", "fp16"], plan)
     assert result.excluded == ("fp16",)
     assert all("fp16" not in p.passes for p in result.probes)
     assert result.declined == ("test_scale_weight",)
@@ -190,7 +190,7 @@ def test_precision_passes_are_left_out_of_bisection(broken):
 def test_two_broken_passes_are_both_found(broken):
     model = make_model()
     plan = plan_inputs(model, InputSpec())
-    result = bisect.bisect(model, ["identity_elimination", "test_shift_weight", "matmul_add_to_gemm",
+    result = bisect.bisect(model, ["eliminate_identity", "test_shift_weight", "fuse_matmul_add",
                                    "test_scale_weight"], plan)
     assert result.declined == ("test_shift_weight", "test_scale_weight")
     assert [len(f.passes) for f in result.findings] == [1, 1]
@@ -217,15 +217,15 @@ def test_a_pair_that_fails_only_together_declines_only_the_later_pass(broken):
         numpy_helper.from_array(np.zeros(3, np.float32), "unused"),
     ])
     plan = plan_inputs(model, InputSpec())
-    result = bisect.bisect(model, ["identity_elimination", "constant_folding", "test_shift_weight",
-                                   "matmul_add_to_gemm"], plan)
+    result = bisect.bisect(model, ["eliminate_identity", "fold_constants", "test_shift_weight",
+                                   "fuse_matmul_add"], plan)
     (finding,) = result.findings
-    assert finding.passes == ("constant_folding", "test_shift_weight") and finding.minimal
+    assert finding.passes == ("fold_constants", "test_shift_weight") and finding.minimal
     assert result.declined == ("test_shift_weight",) and result.delivered
-    assert "constant_folding" in result.rest
-    assert result.describe().startswith("fails with constant_folding and test_shift_weight together "
+    assert "fold_constants" in result.rest
+    assert result.describe().startswith("fails with fold_constants and test_shift_weight together "
                                         "(not without any one of them); passes without test_shift_weight")
-    assert result.reasons()["test_shift_weight"].startswith("together with constant_folding, its result changed")
+    assert result.reasons()["test_shift_weight"].startswith("together with fold_constants, its result changed")
 
 
 def test_the_bound_is_said(broken):
@@ -243,7 +243,7 @@ def test_the_bound_is_said(broken):
 def test_a_list_that_verifies_has_nothing_to_bisect():
     model = make_model()
     plan = plan_inputs(model, InputSpec())
-    result = bisect.bisect(model, ["identity_elimination"], plan)
+    result = bisect.bisect(model, ["eliminate_identity"], plan)
     assert not result.findings and not result.delivered
     assert "nothing to bisect" in result.describe()
 
@@ -264,7 +264,7 @@ def test_optimize_all_declines_the_broken_pass_and_delivers_the_rest(broken, mod
     assert by["test_scale_weight"]["status"] == "declined"
     assert by["test_scale_weight"]["declined"].startswith("its result changed output 'y'")
     assert by["test_shift_weight"]["status"] == "declined"  # --all holds both broken passes
-    for name in ("identity_elimination", "dropout_elimination", "matmul_add_to_gemm"):
+    for name in ("eliminate_identity", "eliminate_dropout", "fuse_matmul_add"):
         assert by[name]["status"] == "applied", name
     assert data["verify"]["ok"] is True
     assert data["bisect"]["declined"] == ["test_shift_weight", "test_scale_weight"]
@@ -277,7 +277,7 @@ def test_optimize_all_declines_the_broken_pass_and_delivers_the_rest(broken, mod
 def test_optimize_explicit_passes_decline_the_same_way(broken, model_path, tmp_path, capsys):
     out = tmp_path / "o.onnx"
     code, err = _run(capsys, "optimize", str(model_path), "-o", str(out),
-                     "--passes", "identity_elimination,test_scale_weight")
+                     "--passes", "eliminate_identity,test_scale_weight")
     assert code == 0, err
     assert "note: declined test_scale_weight" in err
     assert [n.op_type for n in onnx.load(str(out)).graph.node].count("Identity") == 0

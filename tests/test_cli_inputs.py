@@ -194,7 +194,7 @@ def test_info_and_optimize_plan_the_same_inputs(tmp_path, capsys):
     path = _ocr_recognizer_like(tmp_path)
     code, out, err = _run(capsys, "info", str(path))
     assert code == 0, err
-    code2, _, err2 = _run(capsys, "optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--passes", "identity_elimination")
+    code2, _, err2 = _run(capsys, "optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--passes", "eliminate_identity")
     assert code2 == 0, err2
     assert "x: float32[1,3,48,48]" in out, out
     assert "float32[1,3,48,48]" in err2, err2

@@ -123,7 +123,7 @@ def test_cli_bisect_passes_on_request_names_the_broken_pass(monkeypatch, tmp_pat
         np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), "W"))
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
-    code, out, err = _cli(capsys, "bisect", str(path), "--passes", "identity_elimination,test_scale_weight")
+    code, out, err = _cli(capsys, "bisect", str(path), "--passes", "eliminate_identity,test_scale_weight")
     assert code == 0, err
     assert "fails with test_scale_weight alone; passes without it" in out
     assert "test_scale_weight: its result changed output 'y'" in out

@@ -81,7 +81,7 @@ class Category(str, enum.Enum):
 
 
 #: Rule 2: the canonical positions of each category. One simplification runs late on purpose:
-#: ``dedup_initializers`` (390), after the fusions, because merging equal weights makes them
+#: ``eliminate_duplicate_initializers`` (390), after the fusions, because merging equal weights makes them
 #: shared, and a shared weight blocks BatchNorm folding. Precision passes run on the fused graph
 #: but before the layout pass: int8 quantization cannot read onnxruntime's NCHWc kernels and
 #: fp16 would wrap each of them in Casts, while the layout capture takes a quantized or fp16
@@ -119,13 +119,15 @@ class Outcome:
     changes: tuple[Change, ...] = ()
 
 
-_DECLARABLE = frozenset({"name", "category", "order", "trigger_ops", "in_place", "changes_input"})
+_DECLARABLE = frozenset({"name", "aliases", "category", "order", "trigger_ops", "in_place", "changes_input"})
 
 
 class Pass:
     """Base class. Subclasses set the class attributes and implement :meth:`transform`."""
 
     name: ClassVar[str] = ""
+    #: earlier names of the pass, still accepted on the command line and in links
+    aliases: ClassVar[tuple[str, ...]] = ()
     title: ClassVar[str] = ""
     category: ClassVar[Category] = Category.SIMPLIFY
     explain: ClassVar[str] = ""

@@ -1,8 +1,8 @@
 """Removing what a rewrite left behind, and only that.
 
 A pass cleans up after itself: nodes that *it* made dead are removed, nodes that were already
-dead are left for ``dead_code_elimination``, and Identity nodes that *its* rules produced are
-bypassed while Identities that were already there are left for ``identity_elimination``. So
+dead are left for ``eliminate_dead_code``, and Identity nodes that *its* rules produced are
+bypassed while Identities that were already there are left for ``eliminate_identity``. So
 turning one pass off really turns that simplification off. :class:`Cleanup` remembers what was
 dead before a pass and removes, afterwards, what became dead since.
 """
@@ -13,7 +13,7 @@ import onnx_ir as ir
 
 from fusionviz.passes.facts import is_onnx
 from fusionviz.passes.remove import detach_and_remove
-from fusionviz.passes.simplify.identity import eliminate_identity
+from fusionviz.passes.simplify.eliminate_identity import eliminate_identity
 from fusionviz.passes.walk import all_nodes, graph_likes
 
 __all__ = ["Cleanup", "dead_nodes", "detach_and_remove", "live_users", "unused_initializers"]

@@ -18,7 +18,7 @@ reads it). Rules (the code points back to them):
 3. The library's failure texts are turned into sentences by :func:`from_match`: an op of the
    wrong type standing between two ops that would fuse ("an Add sits between ConvTranspose and
    BatchNormalization"), a QuantizeLinear/DequantizeLinear pair, x³ written as x·x·x, a value
-   that is not a constant yet but comes from a Constant node (turn on ``constant_folding``),
+   that is not a constant yet but comes from a Constant node (turn on ``fold_constants``),
    intermediate results used outside the pattern.
 4. One near miss per site (its root node): the deepest. A site whose nodes the pass changed
    after all (another rule, a commuted copy, a later round) is dropped. At most :data:`LIMIT`
@@ -60,9 +60,9 @@ LIMIT = 50
 #: Ops another pass removes: a node of this op in the way is fixed by turning that pass on.
 REMOVED_BY = {
     "BatchNormalization": "fold_batchnorm",
-    "Identity": "identity_elimination",
-    "Dropout": "dropout_elimination",
-    "Constant": "constant_folding",
+    "Identity": "eliminate_identity",
+    "Dropout": "eliminate_dropout",
+    "Constant": "fold_constants",
 }
 _QDQ = {"QuantizeLinear", "DequantizeLinear"}
 #: element-wise ops are everywhere: a node between one of them and the anchor is no near miss
@@ -299,7 +299,7 @@ def from_match(rule: str, root: ir.Node, matched: Sequence[ir.Node], reason: str
             kind, blocker = "needs_pass", src
             made = "held in a Constant node" if prod is src else f"computed by {prod.op_type} from a Constant node"
             text = f"'{failed_value.name}' is {made}, not a constant initializer"
-            hint = "turn on constant_folding first (it turns Constant nodes into initializers)"
+            hint = "turn on fold_constants first (it turns Constant nodes into initializers)"
         elif blocker is None and prod is not None:
             blocker = prod
     m = _OPTYPE.search(text)

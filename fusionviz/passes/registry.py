@@ -75,11 +75,21 @@ def pass_names() -> list[str]:
     return [p.name for p in all_passes()]
 
 
-def get_pass(name: str) -> Pass:
+def canonical_name(name: str) -> str | None:
+    """The pass's name for ``name`` (its own name, or an earlier name it declares as an alias)."""
     for p in all_passes():
-        if p.name == name:
+        if p.name == name or name in p.aliases:
+            return p.name
+    return None
+
+
+def get_pass(name: str) -> Pass:
+    known = canonical_name(name)
+    for p in all_passes():
+        if p.name == known:
             return p
-    close = difflib.get_close_matches(name, pass_names(), n=3)
+    spelled = {n: p.name for p in all_passes() for n in (p.name, *p.aliases)}
+    close = list(dict.fromkeys(spelled[c] for c in difflib.get_close_matches(name, list(spelled), n=3)))
     hint = f" Did you mean: {', '.join(close)}?" if close else " Run 'python -m fusionviz passes' to list them."
     raise errors.InputSpecError(f"Unknown pass '{name}'.{hint}")
 

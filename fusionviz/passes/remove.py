@@ -1,5 +1,5 @@
 """Removing one node from a graph (below :mod:`fusionviz.passes.cleanup` and the passes that
-use it, so that :mod:`fusionviz.passes.simplify.identity` and cleanup do not import each other)."""
+use it, so that :mod:`fusionviz.passes.simplify.eliminate_identity` and cleanup do not import each other)."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ CONCEPTS: tuple[Concept, ...] = (
         "pattern", "Pattern optimization",
         "Recognise a pattern and use a tuned kernel: MatMul + Add becomes one Gemm (SGEMM with the "
         "bias in the epilogue); MatMul with a Transpose or a scale becomes FusedMatMul.",
-        ("textbook", "bert_ts"), pass_keys=("gemm", "matmul_add", "fused_matmul"),
+        ("textbook", "bert_ts"), pass_keys=("gemm", "matmul_add", "fuse_matmul_transpose"),
     ),
     Concept(
         "simplification", "Graph simplification",
@@ -74,7 +74,7 @@ CONCEPTS: tuple[Concept, ...] = (
         "Adjacent nodes of the same kind merge: Transpose pairs cancel, Reshape/Cast chains collapse, "
         "duplicate subexpressions and initializers become one.",
         ("textbook", "bert_dynamo"),
-        pass_keys=("transpose", "reshape", "cast", "cse", "common_sub", "duplicate", "merge"),
+        pass_keys=("transpose", "reshape", "cast", "eliminate_common_subexpressions", "common_sub", "duplicate", "merge"),
     ),
     Concept(
         "static_compilation", "Static compilation",

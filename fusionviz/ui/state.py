@@ -135,10 +135,11 @@ def default_passes() -> list[str]:
 
 
 def canonical(names: Sequence[str]) -> list[str]:
-    """Known pass names from ``names`` in the registry's canonical order (unknown ones dropped)."""
-    from fusionviz.passes import all_passes
+    """Known pass names from ``names`` in the registry's canonical order (unknown ones dropped;
+    a pass's earlier name counts as the pass)."""
+    from fusionviz.passes import all_passes, registry
 
-    wanted = set(names)
+    wanted = {registry.canonical_name(n) for n in names}
     return [p.name for p in all_passes() if p.name in wanted]
 
 

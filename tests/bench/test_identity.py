@@ -26,7 +26,7 @@ g (float[1,8] x) => (float[1,8] y) {
 }""")
 # fold_batchnorm changes nothing here: the selection of three passes is the same model as the
 # cumulative what-if's last step, which has two.
-SELECTION = ["identity_elimination", "dropout_elimination", "fold_batchnorm"]
+SELECTION = ["eliminate_identity", "eliminate_dropout", "fold_batchnorm"]
 ORIGINAL = run_pipeline(MODEL, []).original  # as the pipeline hands it on (its nodes named)
 
 
@@ -55,22 +55,22 @@ def test_the_selection_and_the_what_ifs_last_steps_are_one_variant():
                 *Builder(MODEL, s).leave_one_out(SELECTION).variants]
     m = identity.measure_once(variants)
     labels = [v.label for v in m.requested]
-    assert labels == ["current (3 passes)", "original", "+identity_elimination", "+dropout_elimination",
-                      "all passes", "-identity_elimination", "-dropout_elimination"]
-    assert m.same_as == {"+dropout_elimination": "current (3 passes)", "all passes": "current (3 passes)",
-                         "-dropout_elimination": "+identity_elimination"}
+    assert labels == ["current (3 passes)", "original", "+eliminate_identity", "+eliminate_dropout",
+                      "all passes", "-eliminate_identity", "-eliminate_dropout"]
+    assert m.same_as == {"+eliminate_dropout": "current (3 passes)", "all passes": "current (3 passes)",
+                         "-eliminate_dropout": "+eliminate_identity"}
     assert len(m.variants) == 4 and len({identity.variant_key(v) for v in m.variants}) == 4
     assert "'all passes' is the same model and settings as 'current (3 passes)': measured once" in m.notes()
     results = m.expand(_fake_run([])(list(m.variants)))
     assert [r.label for r in results] == labels
     by = {r.label: r for r in results}
-    assert by["+dropout_elimination"].passes == ("identity_elimination", "dropout_elimination")
+    assert by["+eliminate_dropout"].passes == ("eliminate_identity", "eliminate_dropout")
     assert whatif.paired_ratio(by["all passes"], by["current (3 passes)"])[:3] == (1.0, 1.0, 1.0)
 
 
 def test_settings_and_models_tell_variants_apart_labels_do_not():
     s = Settings("off")
-    other_model = run_pipeline(MODEL, ["identity_elimination"]).final
+    other_model = run_pipeline(MODEL, ["eliminate_identity"]).final
     m = identity.measure_once([Variant("original", MODEL, s), Variant("original @ORT all", MODEL, Settings("all")),
                                Variant("onnxslim", other_model, s),  # no fusionviz passes, another model
                                Variant("original again", MODEL, s)])
@@ -112,7 +112,7 @@ def test_benchmark_page_measures_an_identical_variant_once(monkeypatch):
     keys = [identity.variant_key(v) for v in measured]
     assert len(keys) == len(set(keys)), "an identical variant was measured twice"
     labels = [r.label for r in job.results]
-    assert {"current (3 passes)", "+dropout_elimination", "all passes"} <= set(labels)
+    assert {"current (3 passes)", "+eliminate_dropout", "all passes"} <= set(labels)
     assert len(labels) == len(set(labels)) > len(measured)
     assert job.context["same_as"]["all passes"] == "current (3 passes)"
     assert set(job.context["originals"]) == {"original", "original @ORT all"}
@@ -124,8 +124,8 @@ def test_cli_bench_measures_two_labels_of_one_variant_once(tmp_path, capsys, mon
     path = tmp_path / "m.onnx"
     onnx.save_model(MODEL, str(path))
     out = tmp_path / "r.json"
-    assert main(["bench", str(path), "--variant", "a=identity_elimination,dropout_elimination",
-                 "--variant", "b=dropout_elimination,identity_elimination,fold_batchnorm",
+    assert main(["bench", str(path), "--variant", "a=eliminate_identity,eliminate_dropout",
+                 "--variant", "b=eliminate_dropout,eliminate_identity,fold_batchnorm",
                  "--variant", "orig=", "--json", str(out)]) == 0
     assert [v.label for v in seen[0]] == ["a", "orig"]
     data = json.loads(out.read_text())

@@ -36,7 +36,7 @@ def test_cli_bench_writes_one_record_per_variant(tiny, tmp_path, capsys):
     onnx.save_model(tiny, str(path))
     out = tmp_path / "r.json"
     rc = main(["bench", str(path), "--min-time", "0.05", "--variant", "orig=",
-               "--variant", "ie=identity_elimination", "--ort-level", "basic", "--json", str(out)])
+               "--variant", "ie=eliminate_identity", "--ort-level", "basic", "--json", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
     assert [v["label"] for v in data["variants"]] == ["orig", "ie"]

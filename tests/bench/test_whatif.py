@@ -17,7 +17,7 @@ g (float[1,8] x) => (float[1,8] y) {
   c = Dropout(b)
   y = Sigmoid(c)
 }""")
-PASSES = ["identity_elimination", "dropout_elimination", "fold_batchnorm"]
+PASSES = ["eliminate_identity", "eliminate_dropout", "fold_batchnorm"]
 
 
 def _node_ops(m):
@@ -26,12 +26,12 @@ def _node_ops(m):
 
 def test_cumulative_variants_apply_passes_one_by_one_and_skip_no_ops():
     w = Builder(MODEL, Settings(level="basic")).cumulative(PASSES)
-    assert [v.label for v in w.variants] == ["original", "+identity_elimination", "+dropout_elimination"]
-    assert [v.role for v in w.variants] == [Role("original"), Role("step", "identity_elimination"),
-                                            Role("step", "dropout_elimination")]
+    assert [v.label for v in w.variants] == ["original", "+eliminate_identity", "+eliminate_dropout"]
+    assert [v.role for v in w.variants] == [Role("original"), Role("step", "eliminate_identity"),
+                                            Role("step", "eliminate_dropout")]
     assert w.skipped == ("fold_batchnorm",)  # nothing to fold: identical model, not measured
-    assert [v.passes for v in w.variants] == [(), ("identity_elimination",),
-                                              ("identity_elimination", "dropout_elimination")]
+    assert [v.passes for v in w.variants] == [(), ("eliminate_identity",),
+                                              ("eliminate_identity", "eliminate_dropout")]
     assert _node_ops(w.variants[1].model) == ["Relu", "Dropout", "Sigmoid"]
     assert _node_ops(w.variants[2].model) == ["Relu", "Sigmoid"]
     assert all(v.settings.level == "basic" for v in w.variants)
@@ -40,7 +40,7 @@ def test_cumulative_variants_apply_passes_one_by_one_and_skip_no_ops():
 
 def test_leave_one_out_variants_drop_each_active_pass():
     w = Builder(MODEL).leave_one_out(PASSES)
-    assert [v.label for v in w.variants] == ["all passes", "-identity_elimination", "-dropout_elimination"]
+    assert [v.label for v in w.variants] == ["all passes", "-eliminate_identity", "-eliminate_dropout"]
     assert [v.role.kind for v in w.variants] == ["all", "drop", "drop"]
     assert _node_ops(w.variants[0].model) == ["Relu", "Sigmoid"]
     assert _node_ops(w.variants[1].model) == ["Identity", "Relu", "Sigmoid"]
@@ -73,7 +73,7 @@ def test_a_selection_named_like_a_step_is_read_as_a_selection():
 
     rs = [BenchResult("original", (), Settings(), compute_stats([10.0] * 5), {}, round_medians_ms=(10.0,) * 5,
                       role=Role("original")),
-          BenchResult("+x", ("identity_elimination",), Settings(), compute_stats([8.0] * 5), {},
+          BenchResult("+x", ("eliminate_identity",), Settings(), compute_stats([8.0] * 5), {},
                       round_medians_ms=(8.0,) * 5, role=Role("selection", "+x"))]
     assert whatif.cumulative_effects(rs) == ([], None)
 
@@ -104,7 +104,7 @@ def test_cli_variants_have_roles_and_a_plus_label_stays_a_selection():
 
     from fusionviz.commands.bench import build_variants
 
-    args = argparse.Namespace(variant=["+x=identity_elimination"], whatif=None, reference=False, backend="ort,openvino")
+    args = argparse.Namespace(variant=["+x=eliminate_identity"], whatif=None, reference=False, backend="ort,openvino")
     vs = build_variants(MODEL, args, Settings(level="off"), None)
     assert [(v.label, v.role.kind, v.settings.backend) for v in vs] == [
         ("+x", "selection", "ort"), ("+x @OpenVINO", "selection", "openvino")]

@@ -81,7 +81,7 @@ def test_toggling_a_pass_changes_the_graph(server, page):
 
 
 def test_short_benchmark_produces_a_chart(server, page):
-    page.goto(server + "/bench?sample=textbook&passes=identity_elimination")
+    page.goto(server + "/bench?sample=textbook&passes=eliminate_identity")
     page.get_by_role("button", name="Run benchmark").click()
     page.locator('[data-testid="stPlotlyChart"]').first.wait_for(state="visible", timeout=150_000)
     page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=10_000)

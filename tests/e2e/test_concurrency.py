@@ -21,7 +21,7 @@ def test_two_sessions_benchmark_at_once_with_separate_results(server, browser):
         a, b = ctx_a.new_page(), ctx_b.new_page()
         for p in (a, b):
             p.set_default_timeout(120_000)
-        a.goto(server + "/bench?sample=textbook&passes=identity_elimination")
+        a.goto(server + "/bench?sample=textbook&passes=eliminate_identity")
         b.goto(server + "/bench?sample=mobilenet&passes=fold_batchnorm")
         a.get_by_role("button", name="Run benchmark").wait_for()
         b.get_by_role("button", name="Run benchmark").wait_for()

@@ -68,24 +68,24 @@ def test_every_page_opens_by_its_own_url_on_a_fresh_server(browser):
 
 
 def test_root_url_opens_the_graph_page_with_the_links_parameters(server, page):
-    page.goto(server + "/?sample=textbook&passes=identity_elimination&focus=x")
+    page.goto(server + "/?sample=textbook&passes=eliminate_identity&focus=x")
     _heading(page, PAGES["graph"]).wait_for()
     wait_idle(page)
     assert urlparse(page.url).path == "/graph"
     p = _params(page)
-    assert p["sample"] == "textbook" and p["passes"] == "identity_elimination" and p["focus"] == "x"
+    assert p["sample"] == "textbook" and p["passes"] == "eliminate_identity" and p["focus"] == "x"
     assert_clean(page)
 
 
 def test_query_params_reproduce_a_view(server, browser, page):
-    page.goto(server + "/passes?sample=textbook&passes=identity_elimination")
+    page.goto(server + "/passes?sample=textbook&passes=eliminate_identity")
     _heading(page, PAGES["passes"]).wait_for()
     wait_idle(page)
     page.get_by_text("Dropout elimination (inference)", exact=True).click()
     wait_idle(page)
     p = _params(page)
     assert p["sample"] == "textbook"
-    assert set(p["passes"].split(",")) == {"identity_elimination", "dropout_elimination"}
+    assert set(p["passes"].split(",")) == {"eliminate_identity", "eliminate_dropout"}
     nodes = page.locator('[data-testid="stMetricValue"]').first.inner_text()
     nav(page, "Benchmark")
     page.get_by_role("combobox").first.wait_for()
@@ -138,7 +138,7 @@ def test_sidebar_names_the_uploaded_model_and_no_path_is_shown(server, page):
 
 
 def test_a_link_to_an_upload_the_server_no_longer_has_opens_the_default_sample(server, page):
-    page.goto(server + "/passes?model=0123456789abcdef0123&passes=identity_elimination")
+    page.goto(server + "/passes?model=0123456789abcdef0123&passes=eliminate_identity")
     page.get_by_text("no longer on this server").wait_for()
     wait_idle(page)
     assert "resnet_ts.onnx" in page.locator('[data-testid="stSidebar"]').inner_text()
@@ -149,7 +149,7 @@ def test_a_link_to_an_upload_the_server_no_longer_has_opens_the_default_sample(s
 
 @pytest.mark.slow
 def test_benchmark_compares_with_onnxruntime_level_all_by_default(server, page):
-    page.goto(server + "/bench?sample=textbook&passes=identity_elimination,fold_batchnorm")
+    page.goto(server + "/bench?sample=textbook&passes=eliminate_identity,fold_batchnorm")
     _heading(page, "Benchmark").wait_for()
     wait_idle(page)
     ref = page.get_by_role("checkbox", name=re.compile("Reference: original under onnxruntime level 'all'"))
@@ -171,7 +171,7 @@ def test_benchmark_compares_with_onnxruntime_level_all_by_default(server, page):
 
 def test_benchmark_also_on_openvino_in_the_browser(server, page):
     pytest.importorskip("openvino")
-    page.goto(server + "/bench?sample=textbook&passes=identity_elimination,fold_batchnorm")
+    page.goto(server + "/bench?sample=textbook&passes=eliminate_identity,fold_batchnorm")
     _heading(page, "Benchmark").wait_for()
     wait_idle(page)
     page.locator(".st-key-bench_backends").click()
@@ -188,7 +188,7 @@ def test_benchmark_also_on_openvino_in_the_browser(server, page):
 
 
 def test_report_downloads_parse(server, page, tmp_path):
-    page.goto(server + "/passes?sample=textbook&passes=identity_elimination,dropout_elimination")
+    page.goto(server + "/passes?sample=textbook&passes=eliminate_identity,eliminate_dropout")
     _heading(page, PAGES["passes"]).wait_for()
     page.get_by_text("Input sets used").wait_for(timeout=120_000)
     wait_idle(page)
@@ -201,7 +201,7 @@ def test_report_downloads_parse(server, page, tmp_path):
         got[key] = path
     rep = json.loads(got["dl_json"].read_text())
     assert rep["model"]["name"] == "textbook.onnx"
-    assert [p["name"] for p in rep["passes"]] == ["identity_elimination", "dropout_elimination"]
+    assert [p["name"] for p in rep["passes"]] == ["eliminate_identity", "eliminate_dropout"]
     assert rep["verify"]["input_sets"] == ["normal", "zeros", "edge"]
     assert rep["command"].startswith("python -m fusionviz optimize textbook -o textbook.fusionviz.onnx --passes ")
     md = got["dl_md"].read_text()
@@ -222,7 +222,7 @@ def test_inputs_file_shows_an_extra_input_set(server, page):
     dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
     buf = io.BytesIO()
     np.savez(buf, **{vi.name: np.random.default_rng(3).standard_normal(dims).astype(np.float32)})
-    page.goto(server + "/model?sample=textbook&passes=identity_elimination")
+    page.goto(server + "/model?sample=textbook&passes=eliminate_identity")
     _heading(page, "Inputs").wait_for()
     wait_idle(page)
     files = page.locator('.st-key-inputs_upload input[type="file"]')
@@ -271,7 +271,7 @@ def test_declined_pass_is_shown_with_its_reason(browser, tmp_path):
             other = browser.new_context(viewport={"width": 1600, "height": 1000})
             q = other.new_page()
             q.set_default_timeout(120_000)
-            q.goto(f"{base}/passes?model={ref}&passes=identity_elimination,test_break_signature")
+            q.goto(f"{base}/passes?model={ref}&passes=eliminate_identity,test_break_signature")
             warn = q.get_by_text("was declined and rolled back")
             warn.wait_for()
             wait_idle(q)

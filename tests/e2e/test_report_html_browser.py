@@ -110,7 +110,7 @@ def test_optimize_report_html_of_a_corpus_model_opens_offline(browser, tmp_path)
 
 
 def test_app_report_html_download_opens_offline(server, page, browser, tmp_path):
-    page.goto(server + "/passes?sample=textbook&passes=identity_elimination,dropout_elimination,fold_batchnorm")
+    page.goto(server + "/passes?sample=textbook&passes=eliminate_identity,eliminate_dropout,fold_batchnorm")
     page.get_by_text("Input sets used").wait_for(timeout=120_000)
     wait_idle(page)
     with page.expect_download(timeout=120_000) as dl:
@@ -122,7 +122,7 @@ def test_app_report_html_download_opens_offline(server, page, browser, tmp_path)
     try:
         st = _check(report_page, aborted, problems)
         data = st["json"]
-        assert [p["name"] for p in data["passes"]] == ["identity_elimination", "dropout_elimination",
+        assert [p["name"] for p in data["passes"]] == ["eliminate_identity", "eliminate_dropout",
                                                        "fold_batchnorm"]
         assert data["command"].startswith("python -m fusionviz optimize textbook ")
         assert json.dumps(data)  # the embedded data is the report the JSON download holds

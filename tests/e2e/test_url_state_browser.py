@@ -86,19 +86,19 @@ def test_quick_pass_toggles_leave_the_address_of_the_last_state(server, browser)
     page = ctx.new_page()
     page.set_default_timeout(120_000)
     try:
-        page.goto(server + "/passes?sample=textbook&passes=identity_elimination")
+        page.goto(server + "/passes?sample=textbook&passes=eliminate_identity")
         wait_idle(page)
         label = "Identity elimination"
         assert _is_on(page, label)
         page.evaluate("window.fvHold = true")
         _toggle(page, label).click()  # off: the run ends, its address is on its way...
         wait_idle(page, 30)
-        assert "passes=identity_elimination" in page.url  # (still the older address)
+        assert "passes=eliminate_identity" in page.url  # (still the older address)
         _toggle(page, label).click()  # ...and on again before it arrived
         _settle(page)
         assert _is_on(page, label)
         query = parse.parse_qs(parse.urlparse(page.url).query, keep_blank_values=True)
-        assert query.get("passes") == ["identity_elimination"], page.url
+        assert query.get("passes") == ["eliminate_identity"], page.url
         screenshot(page, "url_state_quick_toggles")
         other, fresh = _fresh(browser, page.url)
         try:
@@ -117,7 +117,7 @@ def test_quick_graph_toggles_and_focus_survive_a_shared_link(server, browser):
     page = ctx.new_page()
     page.set_default_timeout(120_000)
     try:
-        page.goto(server + "/graph?sample=textbook&passes=identity_elimination,fold_batchnorm&focus=Conv_0")
+        page.goto(server + "/graph?sample=textbook&passes=eliminate_identity,fold_batchnorm&focus=Conv_0")
         wait_idle(page)
         assert _is_on(page, "Collapse") and not _is_on(page, "Changed only")
         page.evaluate("window.fvHold = true")

@@ -46,15 +46,15 @@ def results_csv(tmp_path_factory) -> Path:
 
     tmp = tmp_path_factory.mktemp("zoo")
     with SweepStore(tmp / "zoo.sqlite") as store:
-        summary = run_sweep(resolve_models(["textbook"]), parse_passes("identity_elimination,cse,all"),
+        summary = run_sweep(resolve_models(["textbook"]), parse_passes("eliminate_identity,eliminate_common_subexpressions,all"),
                             store=store, engine="inline")
     rows = list(summary.rows)
     base = dict(rows[0], model="not_on_this_server", model_path="", model_sha256="")
-    rows.append(dict(base, variant="cse", status="error", valid=False, verified=None,
+    rows.append(dict(base, variant="eliminate_common_subexpressions", status="error", valid=False, verified=None,
                      error="cannot load or run the model: not an ONNX file"))
     rows.append(dict(base, variant="all", status="mismatch", verified=False,
                      error="DIFFERENT: output 'y' on input set 'edge'"))
-    rows.append(dict(base, variant="identity_elimination"))
+    rows.append(dict(base, variant="eliminate_identity"))
     return write_results(rows, tmp / "zoo_results.csv")
 
 
@@ -74,7 +74,7 @@ def test_zoo_heatmap_and_open_a_cell(server, page, results_csv):
     page.get_by_text("Zoo: every model × pass set").wait_for()
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(results_csv))
     page.locator(".js-plotly-plot").first.wait_for()
-    x, y = _cell_xy(page, "textbook", "cse")
+    x, y = _cell_xy(page, "textbook", "eliminate_common_subexpressions")
     time.sleep(1.0)  # let plotly finish laying out before the screenshot
     assert page.locator('[data-testid="stException"]').count() == 0
     legend = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot .legendtext')]"
@@ -82,12 +82,12 @@ def test_zoo_heatmap_and_open_a_cell(server, page, results_csv):
     assert any("mismatch" in t for t in legend) and any("error" in t for t in legend), legend
     page.screenshot(path=str(SCREENS / "zoo_heatmap.png"), full_page=True)
 
-    x, y = _cell_xy(page, "textbook", "cse")
+    x, y = _cell_xy(page, "textbook", "eliminate_common_subexpressions")
     page.mouse.move(x, y)
     page.mouse.click(x, y)
     page.wait_for_url(re.compile(r".*/graph.*"), timeout=60_000)
-    page.wait_for_url(re.compile(r".*sample=textbook.*passes=cse.*"), timeout=60_000)
-    page.get_by_text("Opened from the Zoo: textbook with pass set 'cse'").wait_for()
+    page.wait_for_url(re.compile(r".*sample=textbook.*passes=eliminate_common_subexpressions.*"), timeout=60_000)
+    page.get_by_text("Opened from the Zoo: textbook with pass set 'eliminate_common_subexpressions'").wait_for()
     page.get_by_text("Graph: before and after").wait_for()
     assert page.locator('[data-testid="stSidebar"]').get_by_text("textbook.onnx").count() >= 1
     assert page.locator('[data-testid="stException"]').count() == 0
@@ -109,7 +109,7 @@ def test_zoo_runs_a_small_sweep_from_the_page(server, page):
     page.get_by_text("Zoo: every model × pass set").wait_for()
     page.get_by_role("tab", name="Run a small sweep").click()
     _choose(page, "Models", "sample: textbook")
-    _choose(page, "Pass sets", "identity_elimination")
+    _choose(page, "Pass sets", "eliminate_identity")
     _choose(page, "Pass sets", "all")
     page.get_by_text("4 cells;").wait_for()  # the loaded model (chosen to start with) and textbook
     page.get_by_role("button", name="Run the sweep").click()

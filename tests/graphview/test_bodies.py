@@ -95,7 +95,7 @@ def test_outer_constant_is_a_weight_and_unnamed_nodes_use_their_display_key():
 def test_display_machinery_draws_and_diffs_a_body(model):
     from fusionviz.passes import run_pipeline
 
-    result = run_pipeline(model, ["identity_elimination"])
+    result = run_pipeline(model, ["eliminate_identity"])
     before = body_model(result.original, "If_2/then_branch")
     after = body_model(result.final, "If_2/then_branch")
     diff = diff_models(before, after)
@@ -141,7 +141,7 @@ def files(tmp_path_factory, model):
     from fusionviz.passes import run_pipeline
 
     d = tmp_path_factory.mktemp("bodies")
-    result = run_pipeline(model, ["identity_elimination"])
+    result = run_pipeline(model, ["eliminate_identity"])
     onnx.save(result.original, d / "before.onnx")
     onnx.save(result.final, d / "after.onnx")
     return d

@@ -93,7 +93,7 @@ def test_identity_elimination_pipeline_diff():
         c = Identity (b)
         y = Neg (c)
     }""")
-    res = run_pipeline(m, ["identity_elimination"])
+    res = run_pipeline(m, ["eliminate_identity"])
     before, after = res.snapshots[0].model, res.snapshots[-1].model
     d = diff_models(before, after)
     removed = [k for k, s in d.status_before.items() if s == "removed"]
@@ -299,7 +299,7 @@ def test_subgraph_that_only_lifted_a_constant_is_no_change():
 
 def test_pipeline_constant_folding_lifts_constants_without_changes():
     before = constant_weights_model()
-    res = run_pipeline(before, ["constant_folding"])
+    res = run_pipeline(before, ["fold_constants"])
     d = diff_models(res.snapshots[0].model, res.snapshots[-1].model)
     assert d.counts["changed"] == 0, d.what
     assert d.counts["lifted"] >= 2  # the tensor-valued weights at least

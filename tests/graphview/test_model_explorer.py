@@ -227,7 +227,7 @@ def test_control_flow_bodies_are_graphs_their_nodes_open(tmp_path):
     from fusionviz.passes import run_pipeline
 
     model = control_flow_model()
-    r = run_pipeline(model, ["constant_folding", "identity_elimination"])
+    r = run_pipeline(model, ["fold_constants", "eliminate_identity"])
     write_export(tmp_path, "cf", r.original, r.final, diff_models(r.original, r.final))
     graphs = json.loads((tmp_path / "graphs.json").read_text())
     validate_graphs(graphs)

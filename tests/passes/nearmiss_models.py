@@ -4,7 +4,7 @@ Each builder returns ``(model, expected)``: ``expected`` names the pass, the nod
 the rewrite and the kind of reason (``fusionviz.passes.nearmiss.KINDS``).
 
 - ``conv_bn_constant_nodes``: Paddle2ONNX style, the Conv weight and the BN statistics are
-  ``Constant`` nodes (fold_batchnorm needs constant_folding first).
+  ``Constant`` nodes (fold_batchnorm needs fold_constants first).
 - ``convtranspose_add_bn``: ``ConvTranspose → Add → BatchNormalization`` where the Add's
   constant varies over space (a position map, not a bias). With a per-channel bias, a PP-OCR
   detector's upsampling head (``convtranspose_bias_add_bn``), it is no near miss any more: it folds.
@@ -149,7 +149,7 @@ def _attention(b: Builder, x: str, between_scores: bool, guard: bool, mask: str 
 def qdq_attention():
     b = Builder()
     y = _attention(b, "x", between_scores=True, guard=False)
-    return b.model([2, 8, HID], y), {"pass": "attention_fusion", "blocker": "scores_dq", "kind": "qdq"}
+    return b.model([2, 8, HID], y), {"pass": "fuse_attention", "blocker": "scores_dq", "kind": "qdq"}
 
 
 def guarded_attention():
@@ -160,14 +160,14 @@ def guarded_attention():
     out = b.op("Add", [b.op("MatMul", [ctx, b.w(HID, HID)], name="out_proj"), b.w(HID, scale=0.05)])
     y = b.op("Add", [out, "x"], name="residual")
     return (b.model([2, 8, HID], y, inputs={"mask": [2, 1, 8, 8]}),
-            {"pass": "attention_fusion", "blocker": "isnan", "kind": "other_uses"})
+            {"pass": "fuse_attention", "blocker": "isnan", "kind": "other_uses"})
 
 
 def guarded_attention_unmasked():
     """The guard with no mask: no row can be all -inf, the guard is a no-op and is fused away."""
     b = Builder()
     y = _attention(b, "x", between_scores=False, guard=True)
-    return b.model([2, 8, HID], y), {"pass": "attention_fusion", "blocker": None, "kind": None}
+    return b.model([2, 8, HID], y), {"pass": "fuse_attention", "blocker": None, "kind": None}
 
 
 def tanh_gelu_megatron():

@@ -58,7 +58,7 @@ class _Boom(Pass):
 
 def test_removed_nodes_are_grouped_per_vanished_tensor():
     model = onnx.parser.parse_model(CHAIN)
-    result = run_pipeline(model, ["identity_elimination"])
+    result = run_pipeline(model, ["eliminate_identity"])
     changes = result.reports[0].changes
     assert [c.kind for c in changes] == [ChangeKind.REMOVED, ChangeKind.REMOVED]
     assert all(c.in_ops == ("Identity",) for c in changes)
@@ -68,7 +68,7 @@ def test_removed_nodes_are_grouped_per_vanished_tensor():
 
 def test_fusion_groups_removed_and_new_nodes_and_stamps_provenance():
     work = to_ir(onnx.parser.parse_model(CHAIN))
-    work, _ = registry.get_pass("identity_elimination").apply(work)
+    work, _ = registry.get_pass("eliminate_identity").apply(work)
     work, changes = _FuseReluAbs().apply(work)
     assert len(changes) == 1
     (c,) = changes
@@ -82,7 +82,7 @@ def test_fusion_groups_removed_and_new_nodes_and_stamps_provenance():
 
 def test_provenance_accumulates_across_passes():
     work = to_ir(onnx.parser.parse_model(CHAIN))
-    work, _ = registry.get_pass("identity_elimination").apply(work)
+    work, _ = registry.get_pass("eliminate_identity").apply(work)
     work, _ = _FuseReluAbs().apply(work)  # Relu + Abs -> Relu'
     (fused,) = [n for n in work.graph if n.op_type == "Relu"]
 
@@ -107,7 +107,7 @@ def test_provenance_accumulates_across_passes():
 
 
 def test_pipeline_isolates_a_failing_pass(monkeypatch):
-    passes = [_Boom(), registry.get_pass("identity_elimination")]
+    passes = [_Boom(), registry.get_pass("eliminate_identity")]
     monkeypatch.setattr(registry, "resolve", lambda names: passes)
     result = run_pipeline(onnx.parser.parse_model(CHAIN), ["x"])
     boom, ident = result.reports
@@ -118,7 +118,7 @@ def test_pipeline_isolates_a_failing_pass(monkeypatch):
 
 
 def test_unknown_pass_name_is_a_user_error_with_suggestion():
-    with pytest.raises(errors.InputSpecError, match="identity_elimination"):
+    with pytest.raises(errors.InputSpecError, match="eliminate_identity"):
         registry.get_pass("identity_eliminaton")
 
 
@@ -139,7 +139,7 @@ def test_every_pass_has_contract_fields():
 
 def test_snapshots_one_per_pass_plus_original():
     model = onnx.parser.parse_model(CHAIN)
-    names = ["identity_elimination"]
+    names = ["eliminate_identity"]
     result = run_pipeline(model, names)
     assert [s.label for s in result.snapshots] == ["original", *names]
     assert all(isinstance(s.model, onnx.ModelProto) for s in result.snapshots)
@@ -152,8 +152,8 @@ def test_pass_without_its_trigger_ops_is_skipped_with_a_reason(monkeypatch):
     calls = []
     bn = registry.get_pass("fold_batchnorm")
     monkeypatch.setattr(type(bn), "transform", lambda self, m: calls.append(1))
-    result = run_pipeline(onnx.parser.parse_model(CHAIN), ["fold_batchnorm", "identity_elimination"])
-    ident, fold = result.reports  # canonical order: identity_elimination runs first
+    result = run_pipeline(onnx.parser.parse_model(CHAIN), ["fold_batchnorm", "eliminate_identity"])
+    ident, fold = result.reports  # canonical order: eliminate_identity runs first
     assert not calls and not fold.changes and fold.error is None
     assert "BatchNormalization" in fold.skip_reason
     assert ident.skip_reason == "" and ident.nodes_after == 2
@@ -161,12 +161,12 @@ def test_pass_without_its_trigger_ops_is_skipped_with_a_reason(monkeypatch):
 
 def test_without_snapshots_the_result_is_the_same_and_errors_still_restore(monkeypatch):
     model = onnx.parser.parse_model(CHAIN)
-    full = run_pipeline(model, ["identity_elimination"])
-    lean = run_pipeline(model, ["identity_elimination"], keep_snapshots=False)
-    assert [s.label for s in lean.snapshots] == ["original", "identity_elimination"]
+    full = run_pipeline(model, ["eliminate_identity"])
+    lean = run_pipeline(model, ["eliminate_identity"], keep_snapshots=False)
+    assert [s.label for s in lean.snapshots] == ["original", "eliminate_identity"]
     assert lean.final.SerializeToString() == full.final.SerializeToString()
     # A failing pass: the lean run falls back to the careful one and reports the same thing.
-    passes = [_Boom(), registry.get_pass("identity_elimination")]
+    passes = [_Boom(), registry.get_pass("eliminate_identity")]
     monkeypatch.setattr(registry, "resolve", lambda names: passes)
     lean = run_pipeline(model, ["x"], keep_snapshots=False)
     boom, ident = lean.reports

@@ -41,8 +41,8 @@ def test_near_miss_names_the_blocking_node_and_the_kind_of_reason(fixture):
 def test_constant_node_weights_say_which_pass_to_turn_on_and_then_fold():
     model, _ = nm.conv_bn_constant_nodes()
     alone = _report(run_pipeline(model, ["fold_batchnorm"]), "fold_batchnorm")
-    assert "constant_folding" in alone.near_misses[0].hint
-    with_folding = _report(run_pipeline(model, ["constant_folding", "fold_batchnorm"]), "fold_batchnorm")
+    assert "fold_constants" in alone.near_misses[0].hint
+    with_folding = _report(run_pipeline(model, ["fold_constants", "fold_batchnorm"]), "fold_batchnorm")
     assert with_folding.status == "applied" and with_folding.near_miss_total == 0
 
 
@@ -83,13 +83,13 @@ def test_former_gelu_near_misses_now_fuse(fixture):
 
 def test_torch_guard_without_a_mask_now_fuses_and_with_a_maybe_infinite_mask_stays():
     model, _ = nm.guarded_attention_unmasked()
-    result = run_pipeline(model, ["attention_fusion"])
-    assert _report(result, "attention_fusion").status == "applied"
+    result = run_pipeline(model, ["fuse_attention"])
+    assert _report(result, "fuse_attention").status == "applied"
     assert [n.op_type for n in result.final.graph.node] == ["Attention"]
     v = verify(result.original, result.final)
     assert v.ok, v.summary()
     model, _ = nm.guarded_attention()
-    (m,) = _report(run_pipeline(model, ["attention_fusion"]), "attention_fusion").near_misses
+    (m,) = _report(run_pipeline(model, ["fuse_attention"]), "fuse_attention").near_misses
     assert m.blocker == "isnan" and "-inf" in m.reason and m.hint
 
 
@@ -131,7 +131,7 @@ def test_report_json_carries_near_misses(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     out = tmp_path / "explain.json"
-    proc = subprocess.run([sys.executable, "-m", "fusionviz", "explain", str(path), "--passes", "attention_fusion",
+    proc = subprocess.run([sys.executable, "-m", "fusionviz", "explain", str(path), "--passes", "fuse_attention",
                            "--json", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "near miss  at isnan [other_uses]" in proc.stdout
@@ -164,9 +164,9 @@ def test_folding_a_tied_weight_is_declined_with_a_reason():
                       [oh.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, 4, 600])], [w])
     model = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     model.ir_version = 8
-    result = run_pipeline(model, ["constant_folding"])
+    result = run_pipeline(model, ["fold_constants"])
     assert "Transpose" in [n.op_type for n in result.final.graph.node]  # the weight is stored once
-    (m,) = _report(result, "constant_folding").near_misses
+    (m,) = _report(result, "fold_constants").near_misses
     assert m.blocker == "lm_head_t" and "second" in m.reason and "wte" in m.reason
 
 
@@ -175,7 +175,7 @@ def test_an_identity_kept_for_the_interface_says_why():
 
     model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
     g (float[2] x) => (float[2] y, float[2] z) { y = Identity(x) z = Relu(x) }""")
-    (m,) = _report(run_pipeline(model, ["identity_elimination"]), "identity_elimination").near_misses
+    (m,) = _report(run_pipeline(model, ["eliminate_identity"]), "eliminate_identity").near_misses
     assert m.nodes == (m.blocker,)  # the Identity itself
     assert "graph output 'y'" in m.reason and "graph input 'x'" in m.reason
 
@@ -186,5 +186,5 @@ def test_a_dropout_in_training_mode_says_why_it_stays():
     model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
     g (float[2] x) => (float[2] y) { r = Constant<value = float {0.5}>() t = Constant<value = bool {1}>()
       y = Dropout(x, r, t) }""")
-    (m,) = _report(run_pipeline(model, ["dropout_elimination"]), "dropout_elimination").near_misses
+    (m,) = _report(run_pipeline(model, ["eliminate_dropout"]), "eliminate_dropout").near_misses
     assert "training_mode is true" in m.reason

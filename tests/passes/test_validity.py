@@ -68,15 +68,15 @@ def _model() -> onnx.ModelProto:
 
 @pytest.mark.parametrize("keep", [True, False])
 def test_invalid_result_is_declined_and_the_other_passes_go_on(with_bad_passes, keep):
-    result = run_pipeline(_model(), ["identity_elimination", "test_rename_output", "test_unknown_op"],
+    result = run_pipeline(_model(), ["eliminate_identity", "test_rename_output", "test_unknown_op"],
                           keep_snapshots=keep)
     by = {r.name: r for r in result.reports}
-    assert by["identity_elimination"].status == "applied"
+    assert by["eliminate_identity"].status == "applied"
     assert by["test_rename_output"].status == "declined"
     assert "outputs changed" in by["test_rename_output"].declined
     assert by["test_unknown_op"].status == "declined"
     assert "NoSuchOp" in by["test_unknown_op"].declined
-    assert by["test_unknown_op"].after == ("identity_elimination", "test_rename_output")
+    assert by["test_unknown_op"].after == ("eliminate_identity", "test_rename_output")
     final = result.final
     assert [o.name for o in final.graph.output] == ["y"]
     assert {n.op_type for n in final.graph.node} == {"Relu", "Sigmoid"}
@@ -90,7 +90,7 @@ def test_valid_run_is_checked_once(with_bad_passes, monkeypatch):
     calls = []
     real = validity.violation
     monkeypatch.setattr(validity, "violation", lambda m, b: calls.append(1) or real(m, b))
-    result = run_pipeline(_model(), ["identity_elimination", "dead_code_elimination"], keep_snapshots=False)
+    result = run_pipeline(_model(), ["eliminate_identity", "eliminate_dead_code"], keep_snapshots=False)
     assert all(r.status in ("applied", "unchanged", "skipped") for r in result.reports)
     assert len(calls) == 1
 

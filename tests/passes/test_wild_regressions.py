@@ -166,7 +166,7 @@ def test_no_exact_pass_removes_epsilon_before_singular_op(pass_name, consumer):
 def test_noop_elimination_keeps_epsilon_add_before_log():
     # onnxscript's add_0 rule matches any constant within 1e-8 of 0
     model = _eps_model("Log")
-    result = passes(model, "noop_elimination")
+    result = passes(model, "eliminate_noop")
     assert "Add" in ops(result.final)
     assert_same(result.original, result.final)
 
@@ -279,7 +279,7 @@ g (float[2,4] x) => (float[2,4] y) {
     else_branch = e () => (float[2,4] o2) { o2 = Sub (r, x) }
   >
 }""")
-    result = passes(model, "constant_folding")
+    result = passes(model, "fold_constants")
     assert "If" not in all_ops(result.final.graph)
     assert result.final.graph.output[0].name == "y"
     assert_same(result.original, result.final)
@@ -297,7 +297,7 @@ g (float[2,4] x) => (float[2,4] y, float[2,4] z) {
   >
   z = Relu (y)
 }""")
-    result = passes(model, "constant_folding")
+    result = passes(model, "fold_constants")
     assert "If" not in all_ops(result.final.graph)
     assert [v.name for v in result.final.graph.input] == ["x"]
     assert_same(result.original, result.final)
@@ -319,7 +319,7 @@ g (float[2,4] x, bool k) => (float[2,4] y, float[2,4] z) {
     else_branch = d1 () => (float[2,4] p2) { p2 = Abs (x) }
   >
 }""")
-    result = passes(model, "constant_folding")
+    result = passes(model, "fold_constants")
     assert ops(result.final).count("If") == 1
     assert_same(result.original, result.final, fixed={"k": np.array(True)})
 
@@ -341,7 +341,7 @@ g (float[4] x) => (float[4] y) {
 }""")
     model.graph.value_info.append(onnx.helper.make_tensor_value_info("u", onnx.TensorProto.FLOAT, [None, None]))
     onnx.checker.check_model(model, full_check=True)
-    result = passes(model, "constant_folding")
+    result = passes(model, "fold_constants")
     assert "If" in ops(result.final)
     assert_same(result.original, result.final)
 
@@ -373,7 +373,7 @@ g (float[1,4] x, bool k, bool k2) => (float[1,4] z) {
     }
   >
 }""")
-    result = passes(model, "constant_folding")
+    result = passes(model, "fold_constants")
     for k in (True, False):
         assert_same(result.original, result.final, fixed={"k": np.array(k), "k2": np.array(False)})
 
@@ -393,11 +393,11 @@ g (float[2,4] x, bool k) => (float[2,4] z) {{
 
 
 @pytest.mark.parametrize(("pass_name", "producer"), [
-    ("identity_elimination", "r = Relu (x)\n  v = Identity (r)"),
-    ("noop_elimination", "r = Relu (x)\n  one = Constant <value = float {1.0}> ()\n  v = Mul (r, one)"),
-    ("cse", "r = Relu (x)\n  r2 = Relu (x)\n  v = Add (r, r2)"),
-    ("chain_merging", "t1 = Transpose <perm = [1, 0]> (x)\n  v = Transpose <perm = [1, 0]> (t1)"),
-    ("cast_expand_simplify", "v = Cast <to = 1> (x)"),
+    ("eliminate_identity", "r = Relu (x)\n  v = Identity (r)"),
+    ("eliminate_noop", "r = Relu (x)\n  one = Constant <value = float {1.0}> ()\n  v = Mul (r, one)"),
+    ("eliminate_common_subexpressions", "r = Relu (x)\n  r2 = Relu (x)\n  v = Add (r, r2)"),
+    ("fold_chains", "t1 = Transpose <perm = [1, 0]> (x)\n  v = Transpose <perm = [1, 0]> (t1)"),
+    ("eliminate_cast_expand", "v = Cast <to = 1> (x)"),
 ])
 def test_rename_never_breaks_value_used_inside_if_branch(pass_name, producer):
     model = parse(_BRANCH_USE.format(producer=producer))
@@ -418,7 +418,7 @@ g (float[2,4] x, bool k) => (float[2,4] z) {
     else_branch = e () => (float[2,4] o2) { o2 = Identity (r) }
   >
 }""")
-    result = passes(model, "identity_elimination")
+    result = passes(model, "eliminate_identity")
     for k in (True, False):
         assert_same(result.original, result.final, fixed={"k": np.array(k)})
 
@@ -461,7 +461,7 @@ g (float[1,4,8] a, float[1,4,8] b) => (float[1,4,8] y) {{
 def test_skip_layernorm_fusion_never_duplicates_unused_output_names():
     # two fusions whose sums are still needed: their unused outputs were both "_unused1"
     model = _two_residual_layernorms()
-    result = passes(model, "skip_layernorm_fusion")
+    result = passes(model, "fuse_skip_layernorm")
     assert ops(result.final).count("SkipLayerNormalization") == 2
     assert {o.domain: o.version for o in result.final.opset_import}.get("com.microsoft") == 1
     assert_same(result.original, result.final)
@@ -477,7 +477,7 @@ g (float[1,4,8] a, float[1,4,8] b) => (float[1,4,8] y) {
   s = Add (a2, b)
   y = LayerNormalization <axis = -1> (s, g1)
 }""")
-    result = passes(model, "skip_layernorm_fusion")
+    result = passes(model, "fuse_skip_layernorm")
     assert_same(result.original, result.final)
 
 
@@ -492,7 +492,7 @@ def test_generated_names_never_collide_with_existing_names():
         model.graph.node.append(onnx.helper.make_node("Identity", ["a"], [name], name=f"keep{i}"))
         model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [1, 4, 8]))
     onnx.checker.check_model(model, full_check=True)
-    result = passes(model, "skip_layernorm_fusion")
+    result = passes(model, "fuse_skip_layernorm")
     assert ops(result.final).count("SkipLayerNormalization") == 2
     names = [n.name for n in result.final.graph.node]
     assert len(names) == len(set(names)) and all(names)
@@ -525,7 +525,7 @@ g (float[4,6] x, bool k) => (float[2,3] z, float[4,6] val_0, float[4,6] val_1) {
     }
   >
 }""")
-    result = passes(model, "chain_merging")
+    result = passes(model, "fold_chains")
     assert result.reports[0].changes, "the Slices were not merged"
     for k in (True, False):
         assert_same(result.original, result.final, fixed={"k": np.array(k)})
@@ -663,7 +663,7 @@ g (float[1,3,2,2] x) => (float[1,12] y) {
 }""")
     model.graph.output[0].type.tensor_type.shape.dim[0].Clear()
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = -1
-    result = passes(model, "constant_folding")
+    result = passes(model, "fold_constants")
     assert "Shape" not in ops(result.final)
     assert_same(result.original, result.final)
 
@@ -682,7 +682,7 @@ g (float[2,3,4] x) => (float[2,99] y) {
   t = Abs (c)
   y = Reshape (x, t)
 }""")
-    result = passes(model, "constant_folding")
+    result = passes(model, "fold_constants")
     assert "Shape" not in ops(result.final)
     out = result.final.graph.output[0]
     assert out.name == "y" and len(out.type.tensor_type.shape.dim) == 2
@@ -704,7 +704,7 @@ g (float[2,3,4] x) => (float[1,seqlen] y) {
   t = Abs (c)
   y = Reshape (x, t)
 }""")
-    result = passes(model, "constant_folding")
+    result = passes(model, "fold_constants")
     assert "Reshape" in ops(result.final)
     assert_valid(result.original, result.final)
 

@@ -74,15 +74,15 @@ def models(tmp_path_factory) -> list[ModelRef]:
 
 
 def test_sweep_survives_a_killed_worker_and_resumes(local_ray, models, tmp_path, monkeypatch):
-    variants = parse_passes("identity_elimination,cse,all")
+    variants = parse_passes("eliminate_identity,eliminate_common_subexpressions,all")
     crash_dir = tmp_path / "crashes"
     crash_dir.mkdir()
-    monkeypatch.setenv(CRASH_ENV, f"cse@{crash_dir}")
+    monkeypatch.setenv(CRASH_ENV, f"eliminate_common_subexpressions@{crash_dir}")
     db = tmp_path / "zoo.sqlite"
     with SweepStore(db) as store:
         first = run_sweep(models, variants, store=store, workers=2)
     good = [m for m in models if m.name != "broken"]
-    # The hook killed the worker of every cse check once, and Ray re-ran each of them.
+    # The hook killed the worker of every eliminate_common_subexpressions check once, and Ray re-ran each of them.
     assert len(list(crash_dir.iterdir())) == len(good)
     assert first.cells == len(models) * len(variants)
     assert first.executed == first.cells and first.skipped == 0
@@ -93,7 +93,7 @@ def test_sweep_survives_a_killed_worker_and_resumes(local_ray, models, tmp_path,
             row = by[(m.name, v.label)]
             assert row["status"] == "ok", row
             assert row["valid"] and row["verified"]
-    assert by[("chain", "identity_elimination")]["nodes_after"] == 2
+    assert by[("chain", "eliminate_identity")]["nodes_after"] == 2
     for v in variants:
         broken = by[("broken", v.label)]
         assert broken["status"] == "error"
@@ -109,12 +109,12 @@ def test_sweep_survives_a_killed_worker_and_resumes(local_ray, models, tmp_path,
 
 def test_retries_spent_give_an_error_row_and_timing_runs(local_ray, models, tmp_path, monkeypatch):
     chain = [m for m in models if m.name == "chain"]
-    monkeypatch.setenv(CRASH_ENV, "identity_elimination@always")
+    monkeypatch.setenv(CRASH_ENV, "eliminate_identity@always")
     with SweepStore(tmp_path / "s.sqlite") as store:
-        summary = run_sweep(chain, parse_passes("identity_elimination,all"), store=store, workers=2,
+        summary = run_sweep(chain, parse_passes("eliminate_identity,all"), store=store, workers=2,
                             max_retries=0, time_cells=True, min_time_s=0.05)
     by = {r["variant"]: r for r in summary.rows}
-    dead = by["identity_elimination"]
+    dead = by["eliminate_identity"]
     assert dead["status"] == "error"
     assert "died" in dead["error"]
     assert dead["latency_ratio"] is None

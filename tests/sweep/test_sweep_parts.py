@@ -27,8 +27,8 @@ from fusionviz.sweep.spec import build_cells, cell_key
 def test_parse_passes_items():
     each = parse_passes("each")
     assert [v.label for v in each] == registry.pass_names()
-    got = parse_passes("all, fold_batchnorm+fuse_conv_activation ,cse,cse,original")
-    assert [v.label for v in got] == ["all", "fold_batchnorm+fuse_conv_activation", "cse", "original"]
+    got = parse_passes("all, fold_batchnorm+fuse_conv_activation ,eliminate_common_subexpressions,eliminate_common_subexpressions,original")
+    assert [v.label for v in got] == ["all", "fold_batchnorm+fuse_conv_activation", "eliminate_common_subexpressions", "original"]
     assert got[0].passes == tuple(registry.default_passes())
     assert got[3].passes == ()
     with pytest.raises(SweepError, match="--passes"):
@@ -52,17 +52,17 @@ def test_resolve_models_folder_sample_and_errors(tmp_path, tiny_model):
 
 
 def test_cell_keys_follow_bytes_passes_and_backend():
-    a = cell_key("0" * 64, ("cse",), "ort")
-    assert a == cell_key("0" * 64, ("cse",), "ort")
-    assert a != cell_key("1" * 64, ("cse",), "ort")
-    assert a != cell_key("0" * 64, ("cse", "fold_batchnorm"), "ort")
-    assert a != cell_key("0" * 64, ("cse",), "openvino")
+    a = cell_key("0" * 64, ("eliminate_common_subexpressions",), "ort")
+    assert a == cell_key("0" * 64, ("eliminate_common_subexpressions",), "ort")
+    assert a != cell_key("1" * 64, ("eliminate_common_subexpressions",), "ort")
+    assert a != cell_key("0" * 64, ("eliminate_common_subexpressions", "fold_batchnorm"), "ort")
+    assert a != cell_key("0" * 64, ("eliminate_common_subexpressions",), "openvino")
 
 
 def test_inline_sweep_store_and_exports_round_trip(tmp_path, tiny_model):
     onnx.save(tiny_model, tmp_path / "tiny.onnx")
     models = resolve_models([str(tmp_path / "tiny.onnx")])
-    variants = parse_passes("identity_elimination,all")
+    variants = parse_passes("eliminate_identity,all")
     seen = []
     with SweepStore(tmp_path / "r.sqlite") as store:
         summary = run_sweep(models, variants, store=store, engine="inline", progress=seen.append)
@@ -74,7 +74,7 @@ def test_inline_sweep_store_and_exports_round_trip(tmp_path, tiny_model):
     for suffix in (".csv", ".json"):
         path = write_results(summary.rows, tmp_path / f"r{suffix}", meta={"timed": False})
         rows = read_results(path)
-        assert [r["variant"] for r in rows] == ["identity_elimination", "all"]
+        assert [r["variant"] for r in rows] == ["eliminate_identity", "all"]
         assert rows[0]["valid"] is True and rows[0]["new_nan"] is False
         assert rows[0]["nodes_before"] == 2 and rows[0]["latency_ratio"] is None
         assert set(rows[0]) == set(COLUMNS)
@@ -105,9 +105,9 @@ def test_progress_bar_line_has_eta():
 def test_build_cells_is_model_major(tmp_path, tiny_model):
     onnx.save(tiny_model, tmp_path / "m.onnx")
     models = resolve_models([str(tmp_path / "m.onnx"), "textbook"])
-    cells = build_cells(models, parse_passes("cse,all"), ("ort",))
+    cells = build_cells(models, parse_passes("eliminate_common_subexpressions,all"), ("ort",))
     assert [(c.model.name, c.variant.label) for c in cells] == [
-        ("m", "cse"), ("m", "all"), ("textbook", "cse"), ("textbook", "all")]
+        ("m", "eliminate_common_subexpressions"), ("m", "all"), ("textbook", "eliminate_common_subexpressions"), ("textbook", "all")]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -133,7 +133,7 @@ def test_openvino_rows_compare_on_openvino(tmp_path, tiny_model):
         pytest.skip(str(exc))
     onnx.save(tiny_model, tmp_path / "tiny.onnx")
     with SweepStore(tmp_path / "r.sqlite") as store:
-        summary = run_sweep(resolve_models([str(tmp_path / "tiny.onnx")]), parse_passes("identity_elimination"),
+        summary = run_sweep(resolve_models([str(tmp_path / "tiny.onnx")]), parse_passes("eliminate_identity"),
                             store=store, backends=backends, engine="inline")
     by = {r["backend"]: r for r in summary.rows}
     assert set(by) == {"ort", "openvino"}
@@ -145,10 +145,10 @@ def test_openvino_rows_compare_on_openvino(tmp_path, tiny_model):
 def test_timing_compares_with_the_original_at_ort_all(tiny_model):
     from fusionviz.sweep.work import _bench_variants
 
-    variants = _bench_variants(tiny_model, tiny_model, parse_passes("cse")[0], "ort")
-    assert [v.label for v in variants] == ["original", "cse"]
+    variants = _bench_variants(tiny_model, tiny_model, parse_passes("eliminate_common_subexpressions")[0], "ort")
+    assert [v.label for v in variants] == ["original", "eliminate_common_subexpressions"]
     assert [v.role.kind for v in variants] == ["original", "selection"]
     assert all(v.settings.level == "all" for v in variants)
-    variants = _bench_variants(tiny_model, tiny_model, parse_passes("cse")[0], "openvino")
+    variants = _bench_variants(tiny_model, tiny_model, parse_passes("eliminate_common_subexpressions")[0], "openvino")
     assert variants[0].settings.backend == "ort" and variants[0].settings.level == "all"
-    assert variants[1].settings.backend == "openvino" and variants[1].label == "cse @OpenVINO"
+    assert variants[1].settings.backend == "openvino" and variants[1].label == "eliminate_common_subexpressions @OpenVINO"

@@ -15,7 +15,7 @@ DRIFT = (1.0, 1.4, 1.1, 1.8, 1.2, 1.5, 1.0, 1.3)
 
 
 ROLES = {"original": Role("original"), "original @ORT all": Role("level", "all"),
-         "original @ORT basic": Role("level", "basic"), "+identity_elimination": Role("step", "identity_elimination")}
+         "original @ORT basic": Role("level", "basic"), "+eliminate_identity": Role("step", "eliminate_identity")}
 
 
 def _res(label: str, ms: float, level: str, passes: tuple[str, ...] = ()) -> BenchResult:
@@ -40,7 +40,7 @@ def _table(app):
 
 
 def test_results_table_compares_with_the_original_at_the_same_level(app):
-    results = [_res("current (1 pass)", 8.0, "off", ("identity_elimination",)), _res("original", 10.0, "off"),
+    results = [_res("current (1 pass)", 8.0, "off", ("eliminate_identity",)), _res("original", 10.0, "off"),
                _res("original @ORT all", 6.0, "all"), _res("original @ORT basic", 7.0, "basic")]
     _seed(app, results, ["original", "original @ORT all", "original @ORT basic"])
     df = _table(app).set_index("variant")
@@ -51,17 +51,17 @@ def test_results_table_compares_with_the_original_at_the_same_level(app):
 
 
 def test_a_variant_with_no_original_at_its_settings_says_so(app):
-    results = [_res("current (1 pass)", 8.0, "basic", ("identity_elimination",)), _res("original", 10.0, "off")]
+    results = [_res("current (1 pass)", 8.0, "basic", ("eliminate_identity",)), _res("original", 10.0, "off")]
     _seed(app, results, ["original"])
     df = _table(app).set_index("variant")
     assert df.loc["current (1 pass)", SAME_SETTINGS].startswith("not measured (no original under ORT basic")
 
 
 def test_what_if_table_reads_the_charts_effects(app):
-    results = [_res("original", 10.0, "off"), _res("+identity_elimination", 8.0, "off", ("identity_elimination",))]
+    results = [_res("original", 10.0, "off"), _res("+eliminate_identity", 8.0, "off", ("eliminate_identity",))]
     _seed(app, results, ["original"])
     frame = next(d.value for d in app.dataframe if "claim" in d.value.columns)
-    assert list(frame["variant"]) == ["+identity_elimination"] and list(frame["vs"]) == ["original"]
+    assert list(frame["variant"]) == ["+eliminate_identity"] and list(frame["vs"]) == ["original"]
     assert list(frame["claim"]) == ["1.25× faster (20% less time)"]
 
 
@@ -69,7 +69,7 @@ def test_tune_without_an_established_gain_is_not_called_faster(app):
     from fusionviz.tune import Confirmed, TuneConfig, TuneResult
 
     base = TuneConfig((), "all")
-    cand = TuneConfig(("identity_elimination",), "basic")
+    cand = TuneConfig(("eliminate_identity",), "basic")
     confirmation = (Confirmed("baseline", base, 10.0, 1.0, 1.0, 1.0, True),
                     Confirmed("candidate", cand, 9.09, 0.909, 0.543, 1.026, True))
     res = TuneResult(best=cand, best_ms=9.09, baseline_ms=10.0, steps=(), seconds=3.0, budget_s=20.0,

@@ -36,7 +36,7 @@ def _dense():
 
 def test_a_failing_selection_is_bisected_and_the_pass_turned_off(app, tmp_path, monkeypatch):
     register(monkeypatch)
-    _open(app, tmp_path, _dense(), ["identity_elimination", "test_scale_weight"])
+    _open(app, tmp_path, _dense(), ["eliminate_identity", "test_scale_weight"])
     goto(app, "passes")
     assert any("DIFFERENT" in e.value for e in app.error)
     find = [b for b in app.button if b.key == "bisect_selection"]
@@ -49,13 +49,13 @@ def test_a_failing_selection_is_bisected_and_the_pass_turned_off(app, tmp_path, 
     assert off and off[0].label == "Turn off test_scale_weight"
     off[0].click().run()
     assert not app.exception
-    assert app.session_state[state.PASSES] == ["identity_elimination"]
+    assert app.session_state[state.PASSES] == ["eliminate_identity"]
     assert not any("DIFFERENT" in e.value for e in app.error)
     assert not [b for b in app.button if b.key == "bisect_selection"]  # verifies now: nothing to bisect
 
 
 def test_onnxruntime_level_all_is_bisected_on_the_page(app, tmp_path):
-    _open(app, tmp_path, qdq_conv_with_float_bias(), ["identity_elimination"])
+    _open(app, tmp_path, qdq_conv_with_float_bias(), ["eliminate_identity"])
     goto(app, "passes")
     run = [b for b in app.button if b.key == "ort_bisect_run"]
     assert run

@@ -10,12 +10,12 @@ from fusionviz.ui.passes_page import GROUP_MIN, group_changes
 
 
 def _skip_ln(i: int) -> Change:
-    return Change(ChangeKind.FUSED, "skip_layernorm_fusion", (f"Add_{i}", f"LayerNormalization_{i}"),
+    return Change(ChangeKind.FUSED, "fuse_skip_layernorm", (f"Add_{i}", f"LayerNormalization_{i}"),
                   (f"SkipLayerNorm_{i}",), ("Add", "LayerNormalization"), ("SkipLayerNormalization",))
 
 
 def test_eight_skip_layer_norms_are_one_group_in_place():
-    other = Change(ChangeKind.REMOVED, "skip_layernorm_fusion", ("Identity_1",), (), ("Identity",), ())
+    other = Change(ChangeKind.REMOVED, "fuse_skip_layernorm", ("Identity_1",), (), ("Identity",), ())
     groups = group_changes([other, *(_skip_ln(i) for i in range(8))])
     assert [len(m) for _, m in groups] == [1, 8]
     pattern, members = groups[1]

@@ -106,11 +106,11 @@ def test_link_to_an_upload_opens_it_in_another_session(app):
     ref = state.model_ref(app.session_state[state.MODEL])
     other = AppTest.from_file(APP, default_timeout=TIMEOUT)
     other.query_params["model"] = ref
-    other.query_params["passes"] = "identity_elimination"
+    other.query_params["passes"] = "eliminate_identity"
     other.run()
     assert not other.exception
     assert other.session_state[state.MODEL].name == "small.onnx"
-    assert other.session_state[state.PASSES] == ["identity_elimination"]
+    assert other.session_state[state.PASSES] == ["eliminate_identity"]
 
 
 def test_level_lives_in_the_url():
@@ -146,9 +146,9 @@ def test_bench_compares_with_onnxruntime_level_all_by_default(app):
     loaded = app.session_state[state.MODEL]
     from fusionviz.passes import run_pipeline
 
-    result = run_pipeline(loaded.proto, ["identity_elimination"])
+    result = run_pipeline(loaded.proto, ["eliminate_identity"])
     plan = Plan(True, True, True, False, False, True, False, "off", 1, "CPUExecutionProvider", False, 0.2, False)
-    variants, _ = build_variants(plan, ["identity_elimination"], result, {})
+    variants, _ = build_variants(plan, ["eliminate_identity"], result, {})
     by = {v.label: v.settings.level for v in variants}
     assert by["original @ORT all"] == "all"
     # Everything else, the per-pass steps included, runs at the run's one level.
@@ -211,11 +211,11 @@ def test_inputs_that_cannot_be_made_are_one_error_line_and_verification_says_why
     _upload(app, "huge.onnx", huge_input_model())
     errs = errors_of(app)
     assert len(errs) == 1 and "would have" in errs[0] and "\n" not in errs[0], errs
-    app.session_state[state.PASSES] = ["identity_elimination"]
+    app.session_state[state.PASSES] = ["eliminate_identity"]
     goto(app, "passes")
     assert not app.exception
     assert any("Not verified: no inputs to run" in w.value for w in app.warning)
-    assert app.session_state[state.PASSES] == ["identity_elimination"]
+    assert app.session_state[state.PASSES] == ["eliminate_identity"]
 
 
 def test_symbolic_dims_of_bert_drive_verification(app):
@@ -237,7 +237,7 @@ def test_symbolic_dims_of_bert_drive_verification(app):
 def test_declined_pass_is_shown_with_its_reason(declining_pass):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params["sample"] = "textbook"
-    at.query_params["passes"] = f"identity_elimination,{declining_pass}"
+    at.query_params["passes"] = f"eliminate_identity,{declining_pass}"
     at.run()
     goto(at, "passes")
     warn = [w.value for w in at.warning]

@@ -37,7 +37,7 @@ def test_picker_draws_a_near_miss_and_puts_it_in_the_url(app, tmp_path):
 
 
 def test_choosing_another_pair_clears_the_near_miss(app, tmp_path):
-    _open(app, tmp_path, nearmiss_models.convtranspose_add_bn, ["constant_folding", "fold_batchnorm"])
+    _open(app, tmp_path, nearmiss_models.convtranspose_add_bn, ["fold_constants", "fold_batchnorm"])
     goto(app, "graph")
     pick = app.selectbox(key=nearmiss_view.PICK)
     pick.set_value(pick.options[2]).run()

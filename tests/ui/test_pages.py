@@ -51,11 +51,11 @@ def test_app_opens_on_default_sample_with_passes_and_graph(app):
 def test_query_params_choose_sample_and_passes():
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params["sample"] = "textbook"
-    at.query_params["passes"] = "identity_elimination"
+    at.query_params["passes"] = "eliminate_identity"
     at.run()
     assert not at.exception
     assert at.session_state[state.ORIGIN]["name"] == "textbook"
-    assert at.session_state[state.PASSES] == ["identity_elimination"]
+    assert at.session_state[state.PASSES] == ["eliminate_identity"]
 
 
 def test_cli_args_after_double_dash():
@@ -126,9 +126,9 @@ def test_passes_toggle_changes_node_count_and_graph(app):
     assert app.session_state[state.PASSES] == []
     n0 = int(_metric(app, "Nodes").replace(",", ""))
     dots0 = _graph_dots(app)
-    app.toggle(key="pass_identity_elimination").set_value(True).run()
+    app.toggle(key="pass_eliminate_identity").set_value(True).run()
     assert not app.exception
-    assert app.session_state[state.PASSES] == ["identity_elimination"]
+    assert app.session_state[state.PASSES] == ["eliminate_identity"]
     n1 = int(_metric(app, "Nodes").replace(",", ""))
     assert n1 < n0
     assert _graph_dots(app) != dots0
@@ -145,7 +145,7 @@ def test_presets_select_categories(app):
     assert set(app.session_state[state.PASSES]) == {p.name for p in all_passes() if p.exact}
     app.button(key="preset_ort_basic").click().run()
     basic = set(app.session_state[state.PASSES])
-    assert "identity_elimination" in basic and "attention_fusion" not in basic
+    assert "eliminate_identity" in basic and "fuse_attention" not in basic
     assert not app.exception
 
 
@@ -326,7 +326,7 @@ def _show_tune(app, res) -> None:
 def test_tune_result_is_shown_and_applied(app):
     from fusionviz.tune import Confirmed, TuneConfig, TuneResult, TuneStep
 
-    best = TuneConfig(passes=("identity_elimination",), level="basic")
+    best = TuneConfig(passes=("eliminate_identity",), level="basic")
     confirmation = (Confirmed("baseline", TuneConfig((), "all"), 1.5, 1.0, 1.0, 1.0, True),
                     Confirmed("candidate", best, 1.0, 0.667, 0.64, 0.70, True))
     res = TuneResult(best=best, best_ms=1.0, baseline_ms=1.5,
@@ -337,5 +337,5 @@ def test_tune_result_is_shown_and_applied(app):
     assert any("1.5× faster (33% less time; ratio 0.667, 95% interval [0.640, 0.700])" in s.value
                for s in app.success)
     app.button(key="tune_apply").click().run()
-    assert app.session_state[state.PASSES] == ["identity_elimination"]
+    assert app.session_state[state.PASSES] == ["eliminate_identity"]
     assert app.session_state[state.WIDGETS]["bench_level"] == "basic"

@@ -28,13 +28,13 @@ g (float[1,8] x) => (float[1,8] y) {
 
 
 def test_cli_command_is_exact_and_quoted():
-    cmd = report.cli_command("/srv/models/my model.onnx", ["identity_elimination", "fold_batchnorm"],
+    cmd = report.cli_command("/srv/models/my model.onnx", ["eliminate_identity", "fold_batchnorm"],
                              shapes={"input ids:0": [1, 32]}, values={"sr": 16000, "scale": 0.5, "flag": True},
                              inputs_file="/tmp/x/my data.npz", output="m.fusionviz.onnx")
     argv = shlex.split(cmd)
     assert argv[:8] == ["python", "-m", "fusionviz", "optimize", "my model.onnx", "-o", "m.fusionviz.onnx",
                         "--passes"]
-    assert argv[8] == "identity_elimination,fold_batchnorm"
+    assert argv[8] == "eliminate_identity,fold_batchnorm"
     assert argv[argv.index("--shape") + 1] == "input ids:0=1,32"
     inputs = [argv[i + 1] for i, a in enumerate(argv) if a == "--input"]
     assert inputs == ["flag=true", "scale=0.5", "sr=16000"]
@@ -51,14 +51,14 @@ def test_cli_command_parses_with_the_real_cli(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(MODEL, path)
     out = tmp_path / "out.onnx"
-    cmd = report.cli_command(str(path), ["identity_elimination", "dropout_elimination"], output=str(out))
+    cmd = report.cli_command(str(path), ["eliminate_identity", "eliminate_dropout"], output=str(out))
     argv = shlex.split(cmd)
     argv[4] = str(path)  # the report names the file only; run it where the file is
     argv[6] = str(out)
     proc = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     got = onnx.load(out)
-    want = run_pipeline(MODEL, ["identity_elimination", "dropout_elimination"]).final
+    want = run_pipeline(MODEL, ["eliminate_identity", "eliminate_dropout"]).final
     assert [n.op_type for n in got.graph.node] == [n.op_type for n in want.graph.node]
 
 
@@ -68,7 +68,7 @@ def _bench_result(label: str, ms: float, level: str = "off") -> BenchResult:
 
 
 def test_build_json_and_markdown_carry_everything():
-    result = run_pipeline(MODEL, ["identity_elimination", "dropout_elimination", "fold_batchnorm"])
+    result = run_pipeline(MODEL, ["eliminate_identity", "eliminate_dropout", "fold_batchnorm"])
     plan = plan_inputs(MODEL)
     v = verify(result.original, result.final, plan=plan)
     cmd = report.cli_command("tiny.onnx", [r.name for r in result.reports])
@@ -89,7 +89,7 @@ def test_build_json_and_markdown_carry_everything():
     assert data["command"] == cmd
     md = report.markdown(rep)
     assert md.startswith("# fusionviz report: tiny.onnx")
-    assert cmd in md and "| `identity_elimination` | applied |" in md
+    assert cmd in md and "| `eliminate_identity` | applied |" in md
     assert "## Verification" in md and "edge" in md and "## Benchmark" in md
     assert "/home/u" not in md and "/home/u" not in report.to_json(rep)
 
@@ -97,10 +97,10 @@ def test_build_json_and_markdown_carry_everything():
 def test_declined_pass_reason_and_failed_verification_are_reported():
     from fusionviz.passes.pipeline import PassReport
 
-    reports = [PassReport("identity_elimination", "Identity elimination", (), 3, 3, 0.01),
-               PassReport("constant_folding", "Constant folding", (), 3, 3, 0.01,
+    reports = [PassReport("eliminate_identity", "Identity elimination", (), 3, 3, 0.01),
+               PassReport("fold_constants", "Constant folding", (), 3, 3, 0.01,
                           declined="the ONNX checker rejects the result: shapes differ",
-                          after=("identity_elimination",))]
+                          after=("eliminate_identity",))]
     assert reports[1].status == "declined"
     rep = report.build(model_name="declined.onnx", passes=reports, verification={
         "ok": False, "error": None, "report_only": False, "input_sets": ["normal", "zeros"],
@@ -109,7 +109,7 @@ def test_declined_pass_reason_and_failed_verification_are_reported():
                      "cosine": 0.5, "mismatches": 2, "new_nonfinite": 0, "size": 6, "ok": False}]})
     row = rep["passes"][1]
     assert row["status"] == "declined" and "checker" in row["declined"]
-    assert row["after"] == ["identity_elimination"]
+    assert row["after"] == ["eliminate_identity"]
     assert rep["verify"]["verdict"] == "DIFFERENT"
     md = report.markdown(rep)
     assert "declined" in md and "input set 'zeros'" in md and "| zeros | y |" in md
@@ -146,7 +146,7 @@ def test_cli_report_and_app_report_have_the_same_keys(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
     from ui_helpers import APP, TIMEOUT, goto
 
-    passes = "identity_elimination,dropout_elimination"
+    passes = "eliminate_identity,eliminate_dropout"
     built = []
     real = report.build
     monkeypatch.setattr(report, "build", lambda **kw: built.append(real(**kw)) or built[-1])
@@ -201,7 +201,7 @@ def test_environment_names_versions_cpu_and_threads():
 def test_cli_command_carries_freeze_and_tolerances():
     import numpy as np
 
-    cmd = report.cli_command("silero.onnx", ["constant_folding"], freeze={"sr": np.array(16000, np.int64)},
+    cmd = report.cli_command("silero.onnx", ["fold_constants"], freeze={"sr": np.array(16000, np.int64)},
                              rtol=1e-3, atol=1e-5)
     argv = shlex.split(cmd)
     assert argv[argv.index("--freeze") + 1] == "sr=16000"

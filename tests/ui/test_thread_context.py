@@ -16,8 +16,8 @@ def _prefetch_script() -> None:
     loaded = cache.load_sample("textbook")
     import threading
 
-    cache.prefetch_neighbours(loaded, ["identity_elimination"], (), (("collapse", True), ("max_nodes", 400)),
-                              ["fold_batchnorm", "dropout_elimination", "identity_elimination"])
+    cache.prefetch_neighbours(loaded, ["eliminate_identity"], (), (("collapse", True), ("max_nodes", 400)),
+                              ["fold_batchnorm", "eliminate_dropout", "eliminate_identity"])
     threads = [t for t in threading.enumerate() if t.name == "fusionviz-prefetch"]
     assert threads, "the prefetch did not start"
     for t in threads:

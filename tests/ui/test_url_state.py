@@ -37,21 +37,21 @@ def _run(at, page: str, query: dict) -> AppTest:
 
 
 def test_a_toggle_made_before_the_last_address_arrived_is_in_the_last_address(sent):
-    link = {"sample": "textbook", "passes": "identity_elimination"}
+    link = {"sample": "textbook", "passes": "eliminate_identity"}
     at = _run(AppTest.from_file(APP, default_timeout=TIMEOUT), "passes", link)
-    at.toggle(key="pass_identity_elimination").set_value(False).run()  # off: the server writes passes=
+    at.toggle(key="pass_eliminate_identity").set_value(False).run()  # off: the server writes passes=
     assert sent[-1]["passes"] == [""]
     # On again, before the browser got that address: the rerun request carries the older one,
     # which happens to say what the state now is. The last address sent must say it too.
     at.query_params = dict(link)
-    at.toggle(key="pass_identity_elimination").set_value(True).run()
+    at.toggle(key="pass_eliminate_identity").set_value(True).run()
     assert not at.exception
-    assert at.session_state[state.PASSES] == ["identity_elimination"]
-    assert sent[-1]["passes"] == ["identity_elimination"], sent[-1]
+    assert at.session_state[state.PASSES] == ["eliminate_identity"]
+    assert sent[-1]["passes"] == ["eliminate_identity"], sent[-1]
 
 
 def test_an_older_focus_sent_back_by_the_browser_is_not_taken_as_news(sent):
-    link = {"sample": "textbook", "passes": "identity_elimination", "focus": "Conv_0"}
+    link = {"sample": "textbook", "passes": "eliminate_identity", "focus": "Conv_0"}
     at = _run(AppTest.from_file(APP, default_timeout=TIMEOUT), "graph", link)
     assert at.session_state[state.FOCUS] == "Conv_0"
     assert sent[-1]["focus"] == ["Conv_0"]
@@ -67,7 +67,7 @@ def test_an_older_focus_sent_back_by_the_browser_is_not_taken_as_news(sent):
 
 
 def test_a_link_restores_the_graph_options_pair_and_focus(sent):
-    link = {"sample": "textbook", "passes": "identity_elimination,fold_batchnorm", "compare": "step:1",
+    link = {"sample": "textbook", "passes": "eliminate_identity,fold_batchnorm", "compare": "step:1",
             "focus": "Conv_0", "g.collapse": "off", "g.changed_only": "on", "g.hops": "3",
             "g.expanded": ["block A.1", "block B.2"], "overlay": "memory"}
     at = _run(AppTest.from_file(APP, default_timeout=TIMEOUT), "graph", link)
@@ -99,7 +99,7 @@ def test_the_tour_step_link_carries_that_step_s_state(monkeypatch):
 
     monkeypatch.setattr(st, "switch_page", spy)
     at = _run(AppTest.from_file(APP, default_timeout=TIMEOUT), "learn",
-              {"sample": "textbook", "passes": "identity_elimination"})
+              {"sample": "textbook", "passes": "eliminate_identity"})
     at.button(key="tour_start").click().run()
     assert not at.exception, at.exception
     assert asked, "the tour did not switch pages"

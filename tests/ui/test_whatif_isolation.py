@@ -20,7 +20,7 @@ g (float[1,8] x) => (float[1,8] y) {
   c = Dropout(b)
   y = Sigmoid(c)
 }""")
-PASSES = ["identity_elimination", "dropout_elimination", "fold_batchnorm"]
+PASSES = ["eliminate_identity", "eliminate_dropout", "fold_batchnorm"]
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -47,7 +47,7 @@ def test_no_leave_one_out_variant_changes_the_level(level):
 
 def test_a_what_if_with_another_level_inside_is_refused():
     s = Settings(level="off")
-    vs = [Variant("original", MODEL, s), Variant("+identity_elimination", MODEL, Settings(level="all"))]
+    vs = [Variant("original", MODEL, s), Variant("+eliminate_identity", MODEL, Settings(level="all"))]
     with pytest.raises(ValueError, match="differ only by passes"):
         check_isolated(vs, s)
     with pytest.raises(ValueError):

@@ -1,4 +1,4 @@
-"""Matching a self-attention block written out op by op (attention_fusion's rules).
+"""Matching a self-attention block written out op by op (fuse_attention's rules).
 
 Kernel choice (measured, onnxruntime 1.32 CPU, BERT sample, 1 thread, interleaved):
 ``Attention`` with packed QKV weights 0.90-0.95x of the original under ORT_ENABLE_ALL;

@@ -113,7 +113,7 @@ class FoldOnlyConstants(ConstantFolderBase):
 
     def _process_node(self, node: ir.Node, is_function: bool):
         if is_onnx(node, "Identity"):
-            return None  # identity_elimination's job
+            return None  # eliminate_identity's job
         if is_onnx(node, "If"):
             # Never onnxscript's If rule: it empties the branch before the replacement is
             # accepted, and renames captured outer values to the If's output names.
@@ -142,7 +142,7 @@ class FoldOnlyConstants(ConstantFolderBase):
         self._reinfer(branch)
         why = inline_blocker(node, branch, self.opset_imports)
         if why:
-            logger.info("constant_folding: If %s kept: %s", node.name, why)
+            logger.info("fold_constants: If %s kept: %s", node.name, why)
             nearmiss.note([node], node, f"the If's condition is constant, but its branch cannot be inlined: {why}",
                           rule="fold_if")
             return None

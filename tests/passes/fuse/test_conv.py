@@ -475,14 +475,14 @@ BN_LIGHT_MODELS = ["light_resnet50.onnx", "light_shufflenet.onnx", "light_incept
 
 @pytest.mark.parametrize("file_name", BN_LIGHT_MODELS)
 def test_light_models_fold_batchnorm_after_constant_folding(file_name):
-    if "constant_folding" not in registry.pass_names():
-        pytest.skip("the constant_folding pass does not exist yet (light models keep weights in ConstantOfShape)")
+    if "fold_constants" not in registry.pass_names():
+        pytest.skip("the fold_constants pass does not exist yet (light models keep weights in ConstantOfShape)")
     path = next((p for p in samples.light_models() if p.name == file_name), None)
     if path is None:
         pytest.skip(f"{file_name} is not shipped with this onnx wheel")
     model = onnx.load(str(path))
     n_bn = ops(model).count("BatchNormalization")
-    result = run_pipeline(model, ["constant_folding", "fold_batchnorm", "fuse_conv_affine", "fuse_conv_activation"])
+    result = run_pipeline(model, ["fold_constants", "fold_batchnorm", "fuse_conv_affine", "fuse_conv_activation"])
     assert all(r.error is None for r in result.reports)
     assert ops(result.final).count("BatchNormalization") == 0
     fold = next(r for r in result.reports if r.name == "fold_batchnorm")
@@ -494,7 +494,7 @@ def test_light_models_fold_batchnorm_after_constant_folding(file_name):
 @pytest.mark.parametrize("file_name", ["light_shufflenet.onnx", "light_resnet50.onnx"])
 def test_all_passes_fold_every_batchnorm_of_light_models(file_name):
     """Their weights are ConstantOfShape fills, so many are equal after folding. When
-    dedup_initializers ran before the fusions it merged them into shared weights, and
+    eliminate_duplicate_initializers ran before the fusions it merged them into shared weights, and
     fold_batchnorm (which never folds into a shared weight) left 45 of ShuffleNet's 49 BN."""
     path = next((p for p in samples.light_models() if p.name == file_name), None)
     if path is None:

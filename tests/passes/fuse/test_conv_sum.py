@@ -71,7 +71,7 @@ g (float["DynamicDimension.0",4,"DynamicDimension.1","DynamicDimension.2"] x)
 
 def test_paddle_block_with_symbolic_dims_is_proved_through_the_graph():
     model = build(PADDLE_BLOCK, W1=rand(4, 1, 3, 3), B1=rand(4), W2=rand(4, 4, 1, 1, seed=7), B2=rand(4, seed=8))
-    result = run_pipeline(model, ["identity_elimination", "fuse_conv_activation"])
+    result = run_pipeline(model, ["eliminate_identity", "fuse_conv_activation"])
     fused = _fused(result.final)
     assert len(fused) == 2 and ops(result.final) == ["FusedConv", "FusedConv"]
     assert _attrs(fused[0])["activation"] == b"HardSigmoid" and len(fused[0].input) == 3

@@ -241,7 +241,7 @@ def test_gpt2_packed_attention_fuses():
 
 def test_gpt2_attention_keeps_guard_when_mask_may_be_minus_inf():
     model = gpt2_model(1, low=float("-inf"))
-    result, ops = _optimize(model, ["attention_fusion"])
+    result, ops = _optimize(model, ["fuse_attention"])
     assert "Attention" not in ops and "MultiHeadAttention" not in ops
     (rep,) = result.reports
     assert any("-inf" in nm.reason for nm in rep.near_misses)
@@ -265,7 +265,7 @@ def test_vit_attention_refuses_key_targets_that_regroup_rows():
             init.CopyFrom(onh.from_array(np.array([-1, S // 2, HS], np.int64), init.name))
         elif arr.dtype == np.int64 and arr.tolist() == [1, NH, HS, S]:
             init.CopyFrom(onh.from_array(np.array([2, NH, HS, S // 2], np.int64), init.name))
-    result = run_pipeline(model, ["attention_fusion"])
+    result = run_pipeline(model, ["fuse_attention"])
     assert "Attention" not in [n.op_type for n in result.final.graph.node]
     assert any("3-D transpose targets" in nm.reason for nm in result.reports[0].near_misses)
 
@@ -287,7 +287,7 @@ def test_llama_attention_and_rmsnorm_fuse():
     mha = [n for n in result.final.graph.node if n.op_type == "MultiHeadAttention"]
     assert all(n.domain == "com.microsoft" and n.input[5] for n in mha)
     # provenance: each MultiHeadAttention stands for its block; the query made 3-D is added work
-    (rep,) = [r for r in result.reports if r.name == "attention_fusion"]
+    (rep,) = [r for r in result.reports if r.name == "fuse_attention"]
     fused = [c for c in rep.changes if c.out_ops == ("MultiHeadAttention",)]
     assert len(fused) == 2 and all(c.in_ops.count("Softmax") == 1 for c in fused)
     assert sorted(c.out_ops[0] for c in rep.changes if c.kind.value == "added") == ["Reshape", "Reshape",
@@ -323,7 +323,7 @@ def test_attention_changes_credit_each_block_its_own_nodes():
 
     model = onnx.load(str(sample_path("bert_dynamo")))
     result = run_pipeline(model, default_passes())
-    (rep,) = [r for r in result.reports if r.name == "attention_fusion"]
+    (rep,) = [r for r in result.reports if r.name == "fuse_attention"]
     fused = [c for c in rep.changes if c.kind == ChangeKind.FUSED]
     assert [c.out_ops for c in fused] == [("Attention",)] * 3
     for c in fused:
@@ -337,7 +337,7 @@ def test_heads_attention_leaves_a_key_padding_shaped_mask():
     model = llama_model(1, keep_shape=(1, 1, 1, S))
     result = run_pipeline(model, default_passes())
     assert "MultiHeadAttention" not in [n.op_type for n in result.final.graph.node]
-    (rep,) = [r for r in result.reports if r.name == "attention_fusion"]
+    (rep,) = [r for r in result.reports if r.name == "fuse_attention"]
     assert any("mask of shape [1, 1, 1, 8]" in nm.reason for nm in rep.near_misses)
 
 

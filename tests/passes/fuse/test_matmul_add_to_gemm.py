@@ -47,7 +47,7 @@ g (float[5,3] x) => (float[5,4] y) {{
   {mm}
   {add}
 }}"""
-    result = run_pipeline(build(text, **arrays), ["matmul_add_to_gemm"])
+    result = run_pipeline(build(text, **arrays), ["fuse_matmul_add"])
     assert ops(result.final) == ["Gemm"]
     for k, v in want_attrs.items():
         assert attrs(result.final.graph.node[0])[k] == v
@@ -75,7 +75,7 @@ def test_matmul_add_must_not_become_gemm(case):
 g ({inp}) => ({out}) {{
   {body}
 }}"""
-    result = run_pipeline(build(text, **arrays), ["matmul_add_to_gemm"])
+    result = run_pipeline(build(text, **arrays), ["fuse_matmul_add"])
     assert result.reports[0].error is None
     assert result.reports[0].changes == ()
     assert "Gemm" not in ops(result.final)
@@ -86,6 +86,6 @@ def test_transformer_matmuls_on_3d_activations_are_left_alone(name):
     if name not in samples.sample_names():
         pytest.skip(f"sample_models/{name}.onnx has not been generated")
     model = samples.load_sample(name).proto
-    result = run_pipeline(model, ["matmul_add_to_gemm"])
+    result = run_pipeline(model, ["fuse_matmul_add"])
     assert result.reports[0].error is None
     assert ops(result.final).count("MatMul") == ops(model).count("MatMul")

@@ -188,7 +188,7 @@ def _run(model, passes, shapes=None):
 )
 def test_attention_fuses_exporter_styles(scale_style, key_style, mask):
     model = bert_model(2, mask=mask, scale_style=scale_style, key_style=key_style)
-    result = _run(model, ["attention_fusion"])
+    result = _run(model, ["fuse_attention"])
     ops = _ops(result.final)
     assert ops.count("Attention") == 2
     assert "Softmax" not in ops and "Transpose" not in ops
@@ -210,7 +210,7 @@ def test_attention_fuses_exporter_styles(scale_style, key_style, mask):
 
 def test_attention_fuses_dynamic_head_reshapes():
     model = bert_model(1, mask="int", dynamic=True)
-    result = _run(model, ["attention_fusion"])
+    result = _run(model, ["fuse_attention"])
     ops = _ops(result.final)
     assert ops.count("Attention") == 1
     assert "Shape" not in ops or ops.count("Shape") < _ops(model).count("Shape")
@@ -225,7 +225,7 @@ def test_attention_skips_non_constant_scale():
     div = next(n for n in model.graph.node if n.op_type == "Div" and n.input[0].startswith("matmul"))
     div.input[1] = "scale_in"
     model.graph.input.append(oh.make_tensor_value_info("scale_in", onnx.TensorProto.FLOAT, []))
-    result = _run(model, ["attention_fusion"])
+    result = _run(model, ["fuse_attention"])
     assert "Attention" not in _ops(result.final)
     assert result.reports[0].changes == ()
 
@@ -240,7 +240,7 @@ def test_attention_skips_mask_of_unsupported_shape():
         oh.make_node("Add", [add_in, "m2"], ["masked"], name="mask_add"),
     )
     next(n for n in model.graph.node if n.op_type == "Softmax").input[0] = "masked"
-    result = _run(model, ["attention_fusion"])
+    result = _run(model, ["fuse_attention"])
     assert "Attention" not in _ops(result.final)
 
 
@@ -248,7 +248,7 @@ def test_attention_skips_when_probabilities_are_an_output():
     model = bert_model(1, mask="none")
     sm = next(n for n in model.graph.node if n.op_type == "Softmax")
     model.graph.output.append(oh.make_tensor_value_info(sm.output[0], onnx.TensorProto.FLOAT, None))
-    result = _run(model, ["attention_fusion"])
+    result = _run(model, ["fuse_attention"])
     assert "Attention" not in _ops(result.final)
     assert verify(result.original, result.final).ok
 
@@ -258,7 +258,7 @@ def test_attention_skips_when_probabilities_are_an_output():
 
 def test_skip_layernorm_fuses_residual_and_bias():
     model = bert_model(2, mask="none")
-    result = _run(model, ["skip_layernorm_fusion"])
+    result = _run(model, ["fuse_skip_layernorm"])
     ops = _ops(result.final)
     assert ops.count("SkipLayerNormalization") == 4 and "LayerNormalization" not in ops
     # the dense bias Add folded into the kernel's bias input
@@ -271,7 +271,7 @@ def test_skip_layernorm_keeps_sum_used_elsewhere():
     model = bert_model(1, mask="none")
     ln = next(n for n in model.graph.node if n.op_type == "LayerNormalization")
     model.graph.output.append(oh.make_tensor_value_info(ln.input[0], onnx.TensorProto.FLOAT, None))
-    result = _run(model, ["skip_layernorm_fusion"])
+    result = _run(model, ["fuse_skip_layernorm"])
     outs = [o.name for o in result.final.graph.output]
     assert ln.input[0] in outs  # the sum is still produced, by the kernel's 4th output
     skl = [n for n in result.final.graph.node if n.op_type == "SkipLayerNormalization"]
@@ -290,13 +290,13 @@ def test_skip_layernorm_skips_constant_addend():
       y = LayerNormalization <axis = -1> (s, g1)
     }"""
     model = onnx.parser.parse_model(text)
-    result = _run(model, ["skip_layernorm_fusion"])
+    result = _run(model, ["fuse_skip_layernorm"])
     assert "SkipLayerNormalization" not in _ops(result.final)
 
 
 def test_bias_gelu_fuses_erf_form_and_onnx_gelu():
     model = bert_model(1, mask="none")
-    result = _run(model, ["bias_gelu_fusion"])
+    result = _run(model, ["fuse_bias_gelu"])
     ops = _ops(result.final)
     assert ops.count("BiasGelu") == 1 and "Erf" not in ops
     v = verify(result.original, result.final, rtol=1e-4)
@@ -311,7 +311,7 @@ def test_bias_gelu_fuses_erf_form_and_onnx_gelu():
       z = Gelu <approximate = "tanh"> (t)
     }"""
     m2 = onnx.parser.parse_model(text)
-    r2 = _run(m2, ["bias_gelu_fusion"])
+    r2 = _run(m2, ["fuse_bias_gelu"])
     assert sorted(_ops(r2.final)) == ["BiasGelu", "Constant", "FastGelu"]
     assert verify(r2.original, r2.final, rtol=1e-4).ok
 
@@ -324,7 +324,7 @@ def test_bias_gelu_skips_when_sum_is_used_elsewhere():
       s = Add(x, b)
       y = Gelu(s)
     }"""
-    r = _run(onnx.parser.parse_model(text), ["bias_gelu_fusion"])
+    r = _run(onnx.parser.parse_model(text), ["fuse_bias_gelu"])
     assert "BiasGelu" not in _ops(r.final)
 
 
@@ -338,7 +338,7 @@ def test_fused_matmul_absorbs_transpose_and_scale():
       y = Mul(m, c)
     }"""
     model = onnx.parser.parse_model(text)
-    result = _run(model, ["fused_matmul"])
+    result = _run(model, ["fuse_matmul_transpose"])
     (node,) = [n for n in result.final.graph.node if n.op_type == "FusedMatMul"]
     attrs = {a.name: oh.get_attribute_value(a) for a in node.attribute}
     assert attrs["transB"] == 1 and attrs["transA"] == 0 and abs(attrs["alpha"] - 0.125) < 1e-7
@@ -356,13 +356,13 @@ def test_fused_matmul_skips_transpose_used_elsewhere_and_batch_permutes():
       a2 = Transpose <perm = [1,0,3,2]> (a)
       z = MatMul(at, a2)
     }"""
-    result = _run(onnx.parser.parse_model(text), ["fused_matmul"])
+    result = _run(onnx.parser.parse_model(text), ["fuse_matmul_transpose"])
     assert "FusedMatMul" not in _ops(result.final)
 
 
 def test_all_transformer_fusions_together_on_bert():
     model = bert_model(2, mask="int")
-    names = ["attention_fusion", "skip_layernorm_fusion", "bias_gelu_fusion", "fused_matmul"]
+    names = ["fuse_attention", "fuse_skip_layernorm", "fuse_bias_gelu", "fuse_matmul_transpose"]
     result = _run(model, names)
     ops = _ops(result.final)
     assert ops.count("Attention") == 2 and ops.count("SkipLayerNormalization") == 4 and ops.count("BiasGelu") == 2

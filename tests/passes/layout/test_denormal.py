@@ -8,7 +8,7 @@ import onnx.helper as oh
 import onnx.numpy_helper as onh
 import onnx_ir as ir
 
-from fusionviz.passes.layout.denormal import (
+from fusionviz.passes.layout.denormal_flush import (
     count_denormals,
     find_denormal_initializers,
     flush_denormals,

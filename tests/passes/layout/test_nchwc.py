@@ -8,7 +8,7 @@ import onnx.helper as oh
 import onnx.numpy_helper as onh
 import pytest
 
-from fusionviz.passes.layout.nchwc import NCHWC
+from fusionviz.passes.layout.nchwc_layout import NCHWC
 from fusionviz.passes.pipeline import run_pipeline
 from fusionviz.verify import make_session, run_model, verify
 
@@ -84,7 +84,7 @@ def _elem_types(m: onnx.ModelProto) -> dict[str, int]:
 def test_fp16_convs_are_left_alone_with_the_reason():
     # onnxruntime has NCHWc kernels for float32 only; its capture of an fp16 model widened the
     # weights to float32 and added Casts: a layout pass must not change precision
-    from fusionviz.passes.layout.nchwc import nchwc_types
+    from fusionviz.passes.layout.nchwc_layout import nchwc_types
 
     assert "float16" not in nchwc_types() and "float32" in nchwc_types()
     model = _fp16_cnn()

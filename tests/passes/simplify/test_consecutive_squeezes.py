@@ -1,14 +1,14 @@
-"""fuse_consecutive_squeezes: two Squeezes become one; cases it must leave alone are named."""
+"""fold_squeezes: two Squeezes become one; cases it must leave alone are named."""
 
 from __future__ import annotations
 
 import pytest
 
-from fusionviz.passes.simplify.consecutive_squeezes import merged_axes
+from fusionviz.passes.simplify.fold_squeezes import merged_axes
 from fusionviz.verify import verify
 from tests.passes.conftest import changes_of, ops, parse
 
-NAME = "fuse_consecutive_squeezes"
+NAME = "fold_squeezes"
 
 
 def _model(opset: int, x_type: str, first: str, second: str, out: str, extra: str = "") -> str:

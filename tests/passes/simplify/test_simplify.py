@@ -35,7 +35,7 @@ def _meta(node: onnx.NodeProto) -> dict[str, str]:
     return {p.key: p.value for p in node.metadata_props}
 
 
-# ------------------------------------------------------------------ constant_folding
+# ------------------------------------------------------------------ fold_constants
 
 SHAPE_CHAIN = H + """
 g (float[2,4] x) => (float[2,4] y) {
@@ -48,8 +48,8 @@ g (float[2,4] x) => (float[2,4] y) {
 
 
 def test_constant_folding_folds_shape_gather_constant_of_shape_chain(run):
-    result = run(parse(SHAPE_CHAIN), "constant_folding")
-    changes = changes_of(result, "constant_folding")
+    result = run(parse(SHAPE_CHAIN), "fold_constants")
+    changes = changes_of(result, "fold_constants")
     assert kinds(changes) == {ChangeKind.FOLDED}
     assert {"ConstantOfShape", "Shape", "Gather"} <= {op for c in changes for op in c.in_ops}
     assert ops(result.final) == ["Mul"]
@@ -62,8 +62,8 @@ g (float[3] x) => (float[3] y) {
   c = Constant<value = float[3] {1, 2, 3}>()
   y = Add(x, c)
 }""")
-    result = run(model, "constant_folding")
-    assert [c.in_ops for c in changes_of(result, "constant_folding")] == [("Constant",)]
+    result = run(model, "fold_constants")
+    assert [c.in_ops for c in changes_of(result, "fold_constants")] == [("Constant",)]
     assert [i.name for i in result.final.graph.initializer] == ["c"]
     assert _equal(result)
 
@@ -74,8 +74,8 @@ g (float[2] x) => (float[2] y) {
   r = RandomNormal<shape = [2], seed = 1.0>()
   y = Add(x, r)
 }""")
-    result = run(model, "constant_folding")
-    assert changes_of(result, "constant_folding") == []
+    result = run(model, "fold_constants")
+    assert changes_of(result, "fold_constants") == []
     assert "RandomNormal" in ops(result.final)
 
 
@@ -85,16 +85,16 @@ g (float[2] x) => (float[2] y) {
   a = Identity(x)
   y = Relu(a)
 }""")
-    result = run(model, "constant_folding")
-    assert changes_of(result, "constant_folding") == []
+    result = run(model, "fold_constants")
+    assert changes_of(result, "fold_constants") == []
     assert ops(result.final) == ["Identity", "Relu"]
 
 
 def test_constant_folding_respects_byte_budget(run, monkeypatch):
     monkeypatch.setenv("FUSIONVIZ_FOLD_MAX_MB", "0")
     text = H + "g (float[4] x) => (float[4] y) { w = ConstantOfShape<value = float[1] {2}>(s)\n y = Mul(x, w) }"
-    result = run(_with_inits(text, s=np.array([4], np.int64)), "constant_folding")
-    assert changes_of(result, "constant_folding") == []
+    result = run(_with_inits(text, s=np.array([4], np.int64)), "fold_constants")
+    assert changes_of(result, "fold_constants") == []
     assert "ConstantOfShape" in ops(result.final)
 
 
@@ -102,7 +102,7 @@ def test_constant_folding_on_light_resnet50_removes_constant_of_shape(run):
     path = next(p for p in light_models() if p.name == "light_resnet50.onnx")
     model = onnx.load(str(path))
     assert "ConstantOfShape" in ops(model)
-    result = run(model, "constant_folding")
+    result = run(model, "fold_constants")
     final = result.final
     assert "ConstantOfShape" not in ops(final)
     # What BatchNorm folding needs: Conv weights and every BatchNorm parameter are initializers.
@@ -117,7 +117,7 @@ def test_constant_folding_on_light_resnet50_removes_constant_of_shape(run):
 def test_dynamo_resnet_batchnorms_sit_on_conv_after_folding(run):
     model = load_sample("resnet_dynamo").proto
     assert "CastLike" in ops(model)
-    result = run(model, "constant_folding", "cast_expand_simplify", "dead_code_elimination")
+    result = run(model, "fold_constants", "eliminate_cast_expand", "eliminate_dead_code")
     final = result.final
     assert not {"CastLike", "Expand", "Shape"} & set(ops(final))
     producer = {o: n for n in final.graph.node for o in n.output}
@@ -131,7 +131,7 @@ def test_dynamo_resnet_batchnorms_sit_on_conv_after_folding(run):
     assert _equal(result)
 
 
-# ------------------------------------------------------------------ cast_expand_simplify
+# ------------------------------------------------------------------ eliminate_cast_expand
 
 
 @pytest.mark.parametrize(
@@ -154,8 +154,8 @@ def test_dynamo_resnet_batchnorms_sit_on_conv_after_folding(run):
 )
 def test_cast_expand_simplify_fires(run, body, in_op, out_ops):
     model = parse(_inline_consts(H + "g " + body))
-    result = run(model, "cast_expand_simplify")
-    changes = changes_of(result, "cast_expand_simplify")
+    result = run(model, "eliminate_cast_expand")
+    changes = changes_of(result, "eliminate_cast_expand")
     assert in_op in {op for c in changes for op in c.in_ops}
     assert _names(result.original, in_op) <= inputs_of(changes)
     assert [o for o in ops(result.final) if o != "Constant"] == out_ops
@@ -164,15 +164,15 @@ def test_cast_expand_simplify_fires(run, body, in_op, out_ops):
 
 def test_cast_expand_simplify_keeps_lossy_cast_chain(run):
     model = parse(H + "g (float[3] x) => (float[3] y) { a = Cast<to=10>(x)\n y = Cast<to=1>(a) }")
-    result = run(model, "cast_expand_simplify")
-    assert changes_of(result, "cast_expand_simplify") == []
+    result = run(model, "eliminate_cast_expand")
+    assert changes_of(result, "eliminate_cast_expand") == []
     assert ops(result.final) == ["Cast", "Cast"]
 
 
 def test_cast_expand_simplify_keeps_expand_that_broadcasts(run):
     model = parse(_inline_consts(H + "g (float[3] x) => (float[2,3] y) { y = Expand(x, <int64[2] s = {2, 3}>) }"))
-    result = run(model, "cast_expand_simplify")
-    assert changes_of(result, "cast_expand_simplify") == []
+    result = run(model, "eliminate_cast_expand")
+    assert changes_of(result, "eliminate_cast_expand") == []
 
 
 def test_cast_made_after_constant_folding_carries_provenance(run):
@@ -182,24 +182,24 @@ g (int32[2,3] x, float[2,3] z) => (float[2,3] y) {
   k = CastLike(x, z)
   y = Mul(k, c)
 }""")
-    result = run(model, "constant_folding", "cast_expand_simplify")
-    assert kinds(changes_of(result, "constant_folding")) == {ChangeKind.FOLDED}
-    change = changes_of(result, "cast_expand_simplify")
+    result = run(model, "fold_constants", "eliminate_cast_expand")
+    assert kinds(changes_of(result, "fold_constants")) == {ChangeKind.FOLDED}
+    change = changes_of(result, "eliminate_cast_expand")
     assert [(c.kind, c.in_ops, c.out_ops) for c in change] == [(ChangeKind.REPLACED, ("CastLike",), ("Cast",))]
     cast = next(n for n in result.final.graph.node if n.op_type == "Cast")
     meta = _meta(cast)
-    assert meta[PASSES_KEY].split(",") == ["cast_expand_simplify"]
+    assert meta[PASSES_KEY].split(",") == ["eliminate_cast_expand"]
     assert meta[SOURCES_KEY] == change[0].inputs[0]
     assert _equal(result)
 
 
-# ------------------------------------------------------------------ identity_elimination
+# ------------------------------------------------------------------ eliminate_identity
 
 
 def test_identity_elimination_removes_inner_identity(run):
     model = parse(H + "g (float[2] x) => (float[2] y) { a = Relu(x)\n b = Identity(a)\n y = Neg(b) }")
-    result = run(model, "identity_elimination")
-    changes = changes_of(result, "identity_elimination")
+    result = run(model, "eliminate_identity")
+    changes = changes_of(result, "eliminate_identity")
     assert [(c.kind, c.in_ops) for c in changes] == [(ChangeKind.REMOVED, ("Identity",))]
     assert inputs_of(changes) == _names(result.original, "Identity")
     assert ops(result.final) == ["Relu", "Neg"]
@@ -208,20 +208,20 @@ def test_identity_elimination_removes_inner_identity(run):
 
 def test_identity_kept_when_output_is_graph_output_and_input_is_graph_input(run):
     model = parse(H + "g (float[2] x) => (float[2] y) { y = Identity(x) }")
-    result = run(model, "identity_elimination")
-    assert changes_of(result, "identity_elimination") == []
+    result = run(model, "eliminate_identity")
+    assert changes_of(result, "eliminate_identity") == []
     assert ops(result.final) == ["Identity"]
 
 
 def test_identity_kept_when_both_values_are_graph_outputs(run):
     # onnx-ir 1.1 removes this Identity and loses the output 'a'.
     model = parse(H + "g (float[2] x) => (float[2] a, float[2] b) { a = Relu(x)\n b = Identity(a) }")
-    result = run(model, "identity_elimination")
+    result = run(model, "eliminate_identity")
     assert [o.name for o in result.final.graph.output] == ["a", "b"]
     assert _equal(result)
 
 
-# ------------------------------------------------------------------ dropout_elimination
+# ------------------------------------------------------------------ eliminate_dropout
 
 
 @pytest.mark.parametrize(
@@ -233,8 +233,8 @@ def test_identity_kept_when_both_values_are_graph_outputs(run):
 )
 def test_dropout_elimination_removes_inference_dropout(run, dropout):
     model = parse(_inline_consts(H13 + "g (float[2,3] x) => (float[2,3] z) { " + dropout + "\n z = Relu(y) }"))
-    result = run(model, "dropout_elimination")
-    changes = changes_of(result, "dropout_elimination")
+    result = run(model, "eliminate_dropout")
+    changes = changes_of(result, "eliminate_dropout")
     assert kinds(changes) == {ChangeKind.REMOVED}
     assert "Dropout" in {op for c in changes for op in c.in_ops}
     assert ops(result.final) == ["Relu"]  # the ratio/training_mode constants went with it
@@ -246,7 +246,7 @@ def test_dropout_elimination_rebuilds_used_mask(run):
 g (float[2,3] x) => (float[2,3] y, bool[2,3] m) {
   y, m = Dropout(x, <float r = {0.5}>)
 }"""))
-    result = run(model, "dropout_elimination")
+    result = run(model, "eliminate_dropout")
     assert "Dropout" not in ops(result.final)
     assert "ConstantOfShape" in ops(result.final)
     assert [o.name for o in result.final.graph.output] == ["y", "m"]
@@ -256,19 +256,19 @@ g (float[2,3] x) => (float[2,3] y, bool[2,3] m) {
 def test_dropout_kept_in_training_mode(run):
     model = parse(_inline_consts(H13 + "g (float[2,3] x) => (float[2,3] y) "
                                  "{ y = Dropout(x, <float r = {0.5}>, <bool t = {1}>) }"))
-    result = run(model, "dropout_elimination")
-    assert changes_of(result, "dropout_elimination") == []
+    result = run(model, "eliminate_dropout")
+    assert changes_of(result, "eliminate_dropout") == []
     assert "Dropout" in ops(result.final)
 
 
 def test_dropout_kept_when_training_mode_is_an_input(run):
     model = parse(_inline_consts(H13 + "g (float[2,3] x, bool t) => (float[2,3] y) "
                                  "{ y = Dropout(x, <float r = {0.5}>, t) }"))
-    result = run(model, "dropout_elimination")
-    assert changes_of(result, "dropout_elimination") == []
+    result = run(model, "eliminate_dropout")
+    assert changes_of(result, "eliminate_dropout") == []
 
 
-# ------------------------------------------------------------------ noop_elimination
+# ------------------------------------------------------------------ eliminate_noop
 
 NOOPS = {
     "add_zero_scalar": ("float[2,3] x", "y = Add(x, <float z = {0}>)", "Add"),
@@ -295,8 +295,8 @@ NOOPS = {
 def test_noop_elimination_removes(run, inp, stmt, op):
     dtype = inp.split("[")[0]
     model = parse(_inline_consts(H + f"g ({inp}) => ({dtype}[2,3] r) {{ {stmt}\n r = Neg(y) }}"))
-    result = run(model, "noop_elimination")
-    changes = changes_of(result, "noop_elimination")
+    result = run(model, "eliminate_noop")
+    changes = changes_of(result, "eliminate_noop")
     assert op in {o for c in changes for o in c.in_ops}
     assert kinds(changes) == {ChangeKind.REMOVED}
     assert _names(result.original, op) <= inputs_of(changes)
@@ -306,7 +306,7 @@ def test_noop_elimination_removes(run, inp, stmt, op):
 
 def test_noop_removed_when_its_output_is_a_graph_output(run):
     model = parse(_inline_consts(H + "g (float[2,3] x) => (float[2,3] y) { a = Relu(x)\n y = Mul(a, <float o = {1}>) }"))
-    result = run(model, "noop_elimination")
+    result = run(model, "eliminate_noop")
     assert ops(result.final) == ["Relu"]
     assert [o.name for o in result.final.graph.output] == ["y"]
     assert _equal(result)
@@ -330,18 +330,18 @@ KEPT = {
 @pytest.mark.parametrize(("inp", "stmt", "out"), list(KEPT.values()), ids=list(KEPT))
 def test_noop_elimination_keeps(run, inp, stmt, out):
     model = parse(_inline_consts(H + f"g ({inp}) => (float{out} y) {{ {stmt} }}"))
-    result = run(model, "noop_elimination")
-    assert changes_of(result, "noop_elimination") == []
+    result = run(model, "eliminate_noop")
+    assert changes_of(result, "eliminate_noop") == []
     assert len([o for o in ops(result.final) if o != "Constant"]) == 1
 
 
 def test_pad_with_nonconstant_pads_is_not_noop(run):
     model = parse(H + "g (float[3] x, int64[2] p) => (float[?] y) { y = Pad(x, p) }")
-    result = run(model, "noop_elimination")
-    assert changes_of(result, "noop_elimination") == []
+    result = run(model, "eliminate_noop")
+    assert changes_of(result, "eliminate_noop") == []
 
 
-# ------------------------------------------------------------------ chain_merging
+# ------------------------------------------------------------------ fold_chains
 
 CHAINS = {
     "transpose_pair_cancels": ("float[2,3,4] x", "a = Transpose<perm=[1,2,0]>(x)\n y = Transpose<perm=[2,0,1]>(a)",
@@ -363,8 +363,8 @@ CHAINS = {
 def test_chain_merging_merges(run, inp, body, out, in_ops, out_ops):
     dtype = "double" if "lossless" in body or "Cast<to=11>" in body else "float"
     model = parse(_inline_consts(H + f"g ({inp}) => ({dtype}{out} y) {{ {body} }}"))
-    result = run(model, "chain_merging")
-    changes = changes_of(result, "chain_merging")
+    result = run(model, "fold_chains")
+    changes = changes_of(result, "fold_chains")
     assert in_ops <= {o for c in changes for o in c.in_ops}
     assert [o for o in ops(result.final) if o != "Constant"] == out_ops
     assert _equal(result)
@@ -374,8 +374,8 @@ def test_chain_merging_keeps_slices_on_the_same_axis(run):
     model = parse(_inline_consts(H + "g (float[6] x) => (float[2] y) { a = Slice(x, <int64[1] s1 = {1}>, "
                                  "<int64[1] e1 = {5}>, <int64[1] x1 = {0}>)\n y = Slice(a, <int64[1] s2 = {1}>, "
                                  "<int64[1] e2 = {3}>, <int64[1] x2 = {0}>) }"))
-    result = run(model, "chain_merging")
-    assert changes_of(result, "chain_merging") == []
+    result = run(model, "fold_chains")
+    assert changes_of(result, "fold_chains") == []
 
 
 def test_chain_merging_keeps_inner_transpose_used_elsewhere(run):
@@ -384,19 +384,19 @@ g (float[2,3] x) => (float[2,3] y, float[3,2] t) {
   t = Transpose<perm=[1,0]>(x)
   y = Transpose<perm=[1,0]>(t)
 }""")
-    result = run(model, "chain_merging")
+    result = run(model, "fold_chains")
     assert "Transpose" in ops(result.final)  # t is still needed
     assert [o.name for o in result.final.graph.output] == ["y", "t"]
     assert _equal(result)
 
 
-# ------------------------------------------------------------------ cse, dedup, dead code
+# ------------------------------------------------------------------ eliminate_common_subexpressions, dedup, dead code
 
 
 def test_cse_removes_duplicate_node(run):
     model = parse(H + "g (float[2] x) => (float[2] y) { a = Relu(x)\n b = Relu(x)\n y = Add(a, b) }")
-    result = run(model, "cse")
-    changes = changes_of(result, "cse")
+    result = run(model, "eliminate_common_subexpressions")
+    changes = changes_of(result, "eliminate_common_subexpressions")
     assert [(c.kind, c.in_ops) for c in changes] == [(ChangeKind.REMOVED, ("Relu",))]
     second_relu = [n.name for n in result.original.graph.node if n.op_type == "Relu"][1]
     assert inputs_of(changes) == {second_relu}
@@ -407,8 +407,8 @@ def test_cse_removes_duplicate_node(run):
 def test_cse_keeps_random_ops(run):
     model = parse(H + "g (float[2] x) => (float[2] y) "
                   "{ a = RandomNormalLike(x)\n b = RandomNormalLike(x)\n y = Add(a, b) }")
-    result = run(model, "cse")
-    assert changes_of(result, "cse") == []
+    result = run(model, "eliminate_common_subexpressions")
+    assert changes_of(result, "eliminate_common_subexpressions") == []
 
 
 def _with_inits(text: str, **arrays: np.ndarray) -> onnx.ModelProto:
@@ -422,8 +422,8 @@ def _with_inits(text: str, **arrays: np.ndarray) -> onnx.ModelProto:
 def test_dedup_initializers_merges_equal_weights(run):
     text = H + "g (float[3] x) => (float[3] y) { a = Mul(x, w1)\n y = Add(a, w2) }"
     model = _with_inits(text, w1=np.array([1, 2, 3], np.float32), w2=np.array([1, 2, 3], np.float32))
-    result = run(model, "dedup_initializers")
-    changes = changes_of(result, "dedup_initializers")
+    result = run(model, "eliminate_duplicate_initializers")
+    changes = changes_of(result, "eliminate_duplicate_initializers")
     node_changes = [c for c in changes if c.in_ops]
     assert [(c.kind, c.in_ops) for c in node_changes] == [(ChangeKind.CHANGED, ("Add",))]
     assert "w2 → w1" in node_changes[0].detail
@@ -436,16 +436,16 @@ def test_dedup_initializers_merges_equal_weights(run):
 def test_dedup_initializers_keeps_different_weights(run):
     text = H + "g (float[3] x) => (float[3] y) { a = Mul(x, w1)\n y = Add(a, w2) }"
     model = _with_inits(text, w1=np.array([1, 2, 3], np.float32), w2=np.array([1, 2, 4], np.float32))
-    result = run(model, "dedup_initializers")
-    assert changes_of(result, "dedup_initializers") == []
+    result = run(model, "eliminate_duplicate_initializers")
+    assert changes_of(result, "eliminate_duplicate_initializers") == []
     assert len(result.final.graph.initializer) == 2
 
 
 def test_dead_code_elimination_removes_dead_nodes_and_initializers(run):
     text = H + "g (float[3] x) => (float[3] y) { d = Mul(x, w)\n e = Neg(d)\n y = Relu(x) }"
     model = _with_inits(text, w=np.ones(3, np.float32), unused=np.zeros(2, np.float32))
-    result = run(model, "dead_code_elimination")
-    changes = changes_of(result, "dead_code_elimination")
+    result = run(model, "eliminate_dead_code")
+    changes = changes_of(result, "eliminate_dead_code")
     node_changes = [c for c in changes if c.in_ops]
     assert [(c.kind, set(c.in_ops)) for c in node_changes] == [(ChangeKind.REMOVED, {"Mul", "Neg"})]
     assert inputs_of(node_changes) == _names(result.original, "Mul", "Neg")
@@ -459,15 +459,15 @@ def test_dead_code_elimination_removes_dead_nodes_and_initializers(run):
 
 def test_dead_code_elimination_keeps_nodes_that_feed_outputs(run):
     model = parse(H + "g (float[3] x) => (float[3] y, float[3] z) { y = Relu(x)\n z = Neg(y) }")
-    result = run(model, "dead_code_elimination")
-    assert changes_of(result, "dead_code_elimination") == []
+    result = run(model, "eliminate_dead_code")
+    assert changes_of(result, "eliminate_dead_code") == []
 
 
 def test_passes_leave_dead_code_they_did_not_make(run):
     model = parse(_inline_consts(H + "g (float[3] x) => (float[3] y) "
                                  "{ dead = Neg(x)\n y = Add(x, <float z = {0}>) }"))
-    result = run(model, "noop_elimination")
-    assert {op for c in changes_of(result, "noop_elimination") for op in c.in_ops} == {"Add", "Constant"}
+    result = run(model, "eliminate_noop")
+    assert {op for c in changes_of(result, "eliminate_noop") for op in c.in_ops} == {"Add", "Constant"}
     assert "Neg" in ops(result.final)
 
 
@@ -485,8 +485,8 @@ def test_pass_that_does_not_apply_changes_nothing(run, pass_cls):
 @pytest.mark.parametrize("pass_cls", PASSES, ids=[p.name for p in PASSES])
 def test_pass_contract_fields(pass_cls):
     assert pass_cls.name and pass_cls.title and pass_cls.explain.startswith("**What:**")
-    # simplifications run first; dedup_initializers runs after the fusions (see registry)
-    assert 100 <= pass_cls.order < 200 or (pass_cls.name == "dedup_initializers" and pass_cls.order < 400)
+    # simplifications run first; eliminate_duplicate_initializers runs after the fusions (see registry)
+    assert 100 <= pass_cls.order < 200 or (pass_cls.name == "eliminate_duplicate_initializers" and pass_cls.order < 400)
 
 
 # ------------------------------------------------------------------ helpers

@@ -1,4 +1,4 @@
-"""cast_expand_simplify: CastLike / Cast / Expand simplification where types and shapes are known."""
+"""eliminate_cast_expand: CastLike / Cast / Expand simplification where types and shapes are known."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _cast_expand_rules() -> tuple[orp.RewriteRule, ...]:
     ))
 
 
-class CastExpandSimplify(Pass, name="cast_expand_simplify", category=Category.SIMPLIFY, order=115,
+class CastExpandSimplify(Pass, name="eliminate_cast_expand", aliases=("cast_expand_simplify",), category=Category.SIMPLIFY, order=115,
                          trigger_ops={"Cast", "CastLike", "Expand"}):
     """CastLike/Cast/Expand rules: own CastLikeToCast, LosslessCastCast, ExpandNoOp + onnxscript's."""
 

@@ -1,4 +1,4 @@
-"""identity_elimination: remove Identity nodes, following onnx-ir's numbered cases.
+"""eliminate_identity: remove Identity nodes, following onnx-ir's numbered cases.
 
 :func:`eliminate_identity` is also what other passes use to bypass the Identity nodes their own
 rules produce (:class:`fusionviz.passes.cleanup.Cleanup`).
@@ -35,7 +35,7 @@ def eliminate_identity(node: ir.Node, *, report: bool = False) -> bool:
 
     Uses of ``y`` inside subgraphs (a branch that captures ``y`` by name) are uses like any
     other: case 1 rewires them too. ``report``: a kept Identity is a near miss of the caller
-    (identity_elimination's own; other passes bypass Identities as cleanup).
+    (eliminate_identity's own; other passes bypass Identities as cleanup).
     """
     if not is_onnx(node, "Identity") or len(node.inputs) != 1 or len(node.outputs) != 1:
         return False
@@ -65,7 +65,7 @@ def eliminate_identity(node: ir.Node, *, report: bool = False) -> bool:
     return True
 
 
-class IdentityElimination(Pass, name="identity_elimination", category=Category.SIMPLIFY, order=120,
+class IdentityElimination(Pass, name="eliminate_identity", aliases=("identity_elimination",), category=Category.SIMPLIFY, order=120,
                           trigger_ops={"Identity"}):
     """onnx-ir's IdentityEliminationPass cases, with a guard for outputs fed by outputs."""
 

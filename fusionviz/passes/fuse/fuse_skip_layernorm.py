@@ -1,4 +1,4 @@
-"""skip_layernorm_fusion: Add + LayerNormalization into ``com.microsoft.SkipLayerNormalization``."""
+"""fuse_skip_layernorm: Add + LayerNormalization into ``com.microsoft.SkipLayerNormalization``."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _is_3d_same(a: ir.Value, b: ir.Value) -> str | None:
     return f"shapes {list(sa.dims)} and {list(sb.dims)} are not (B,S,H) + (B|1,S,H)"
 
 
-class SkipLayerNormFusion(Pass, name="skip_layernorm_fusion", category=Category.FUSE, order=310,
+class SkipLayerNormFusion(Pass, name="fuse_skip_layernorm", aliases=("skip_layernorm_fusion",), category=Category.FUSE, order=310,
                           trigger_ops={"LayerNormalization"}):
     title = "Add + LayerNormalization → SkipLayerNormalization"
     needs_shapes = True

@@ -1,6 +1,6 @@
-"""matmul_add_to_gemm: MatMul + Add into Gemm.
+"""fuse_matmul_add: MatMul + Add into Gemm.
 
-Wraps onnxscript's ``matmul_add_to_gemm`` rules (plain, and with a 2-D Transpose on either
+Wraps onnxscript's ``fuse_matmul_add`` rules (plain, and with a 2-D Transpose on either
 operand folded into ``transA`` / ``transB``) with one guard the library lacks:
 
 1. Both MatMul operands have rank 2 (the library's own check).
@@ -66,7 +66,7 @@ class _TransABMatMulAdd(_CBroadcastGuard, _compat.TransABMatMulAddToGemm):
     pass
 
 
-class MatMulAddToGemm(Pass, name="matmul_add_to_gemm", category=Category.FUSE, order=240,
+class MatMulAddToGemm(Pass, name="fuse_matmul_add", aliases=("matmul_add_to_gemm",), category=Category.FUSE, order=240,
                       trigger_ops={"MatMul"}):
     """MatMul + Add (2-D) into one Gemm, absorbing 2-D Transposes into transA/transB."""
 

@@ -1,4 +1,4 @@
-"""constant_folding: compute ahead of time every node whose inputs are all known."""
+"""fold_constants: compute ahead of time every node whose inputs are all known."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def pin_initializer_inputs(model: ir.Model) -> int:
     return dropped
 
 
-class ConstantFolding(Pass, name="constant_folding", category=Category.SIMPLIFY, order=110):
+class ConstantFolding(Pass, name="fold_constants", aliases=("constant_folding",), category=Category.SIMPLIFY, order=110):
     """Wraps onnxscript's FoldConstantsPass and onnx-ir's LiftConstantsToInitializersPass."""
 
     mirrors_ort = "basic"
@@ -97,7 +97,7 @@ run-time tensors are left to the passes of those names).
     def transform(self, model: ir.Model) -> ir.Model | None:
         pinned = pin_initializer_inputs(model)
         if pinned:
-            logger.info("constant_folding: %d initializers removed from the graph inputs", pinned)
+            logger.info("fold_constants: %d initializers removed from the graph inputs", pinned)
         forget_negative_dims(model)
         # Folding specializes control flow: an If with a constant condition becomes its branch,
         # and the other branches' shapes become known. A branch that cannot run with the given
@@ -113,14 +113,14 @@ run-time tensors are left to the passes of those names).
         if why is None or strict_inference_error(backup) is not None:
             return None  # valid, or it failed inference before: folding is not to blame
         if any(is_onnx(n, "If") for n in backup.graph.node):
-            logger.info("constant_folding: folding control flow left a branch that fails shape inference "
+            logger.info("fold_constants: folding control flow left a branch that fails shape inference "
                         "(%s); folding the main graph only", why)
             plain = ir_model(backup)
             _fold(plain, specialize=False)
             why = _settle(plain)
             if why is None:
                 return plain
-        logger.info("constant_folding: declined, the folded model fails shape inference: %s", why)
+        logger.info("fold_constants: declined, the folded model fails shape inference: %s", why)
         return ir_model(backup)
 
 
@@ -134,7 +134,7 @@ def _settle(model: ir.Model) -> str | None:
     dropped = forget_contradicted_output_shapes(model)
     if not dropped:
         return why
-    logger.info("constant_folding: the model declares sizes for output(s) %s that the graph does not make; "
+    logger.info("fold_constants: the model declares sizes for output(s) %s that the graph does not make; "
                 "they are made unknown", ", ".join(dropped))
     return strict_inference_error(model)
 
@@ -155,7 +155,7 @@ def _fold(model: ir.Model, *, specialize: bool) -> None:
     restore_absent_outputs(absent)
     unique_value_names(model)
     if folder.skipped:
-        logger.info("constant_folding: %d nodes over the %d MB budget kept: %s", len(folder.skipped),
+        logger.info("fold_constants: %d nodes over the %d MB budget kept: %s", len(folder.skipped),
                     budget // (1024 * 1024), ", ".join(folder.skipped[:10]))
         for name in folder.skipped:
             nearmiss.note([name], name, f"its inputs are constant, but the result would make more than the "

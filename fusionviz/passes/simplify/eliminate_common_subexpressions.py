@@ -1,4 +1,4 @@
-"""cse: common subexpression elimination (onnx-ir's pass, cleaning up only after itself)."""
+"""eliminate_common_subexpressions: common subexpression elimination (onnx-ir's pass, cleaning up only after itself)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.cleanup import Cleanup
 
 
-class CommonSubexpressionElimination(Pass, name="cse", category=Category.SIMPLIFY, order=150):
+class CommonSubexpressionElimination(Pass, name="eliminate_common_subexpressions", aliases=("cse",), category=Category.SIMPLIFY, order=150):
     """Wraps onnx-ir's CommonSubexpressionEliminationPass."""
 
     mirrors_ort = "basic"

@@ -1,4 +1,4 @@
-"""bias_gelu_fusion: ``Gelu(x + b)`` into ``com.microsoft.BiasGelu`` / ``FastGelu``."""
+"""fuse_bias_gelu: ``Gelu(x + b)`` into ``com.microsoft.BiasGelu`` / ``FastGelu``."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _erf_gelu(erf: ir.Node) -> tuple[ir.Value, list[ir.Node], ir.Value] | None:
     return None
 
 
-class BiasGeluFusion(Pass, name="bias_gelu_fusion", category=Category.FUSE, order=320,
+class BiasGeluFusion(Pass, name="fuse_bias_gelu", aliases=("bias_gelu_fusion",), category=Category.FUSE, order=320,
                      trigger_ops={"Gelu", "FastGelu", "Erf"}):
     title = "Bias + GELU → BiasGelu / FastGelu"
     needs_shapes = True

@@ -1,4 +1,4 @@
-"""chain_merging: runs of the same data-movement op merged into one."""
+"""fold_chains: runs of the same data-movement op merged into one."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _chain_rules() -> tuple[orp.RewriteRule, ...]:
     ))
 
 
-class ChainMerging(Pass, name="chain_merging", category=Category.SIMPLIFY, order=140,
+class ChainMerging(Pass, name="fold_chains", aliases=("chain_merging",), category=Category.SIMPLIFY, order=140,
                    trigger_ops={"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Cast", "Slice"}):
     """onnxscript chain rules plus LosslessCastCast and SliceSlice."""
 

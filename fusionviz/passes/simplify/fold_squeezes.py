@@ -1,4 +1,4 @@
-"""fuse_consecutive_squeezes: ``Squeeze(Squeeze(x, a1), a2)`` becomes one ``Squeeze(x, a)``.
+"""fold_squeezes: ``Squeeze(Squeeze(x, a1), a2)`` becomes one ``Squeeze(x, a)``.
 
 onnxoptimizer's pass of the same name, as an onnxscript rule. The rules:
 
@@ -89,7 +89,7 @@ class SqueezeSqueeze(orp.RewriteRuleClassBase):
         return op.Squeeze(x, axes=self._axes)
 
 
-class FuseConsecutiveSqueezes(Pass, name="fuse_consecutive_squeezes", category=Category.SIMPLIFY,
+class FuseConsecutiveSqueezes(Pass, name="fold_squeezes", aliases=("fuse_consecutive_squeezes",), category=Category.SIMPLIFY,
                               order=145, trigger_ops={"Squeeze"}):
     mirrors_ort = "basic"
     title = "Merge consecutive Squeezes"

@@ -1,4 +1,4 @@
-"""dead_code_elimination: unused nodes, initializers, functions and opset imports removed."""
+"""eliminate_dead_code: unused nodes, initializers, functions and opset imports removed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from onnx_ir.passes.common import (
 from fusionviz.passes.base import Category, Pass
 
 
-class DeadCodeElimination(Pass, name="dead_code_elimination", category=Category.SIMPLIFY, order=190):
+class DeadCodeElimination(Pass, name="eliminate_dead_code", aliases=("dead_code_elimination",), category=Category.SIMPLIFY, order=190):
     """Wraps onnx-ir's RemoveUnusedNodesPass, RemoveUnusedFunctionsPass, RemoveUnusedOpsetsPass."""
 
     mirrors_ort = "basic"

@@ -1,4 +1,4 @@
-"""dropout_elimination: Dropout is the identity at inference."""
+"""eliminate_dropout: Dropout is the identity at inference."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.cleanup import Cleanup, detach_and_remove
 from fusionviz.passes.facts import const_value, is_onnx
 from fusionviz.passes.hygiene import unique_value_names
-from fusionviz.passes.simplify.identity import eliminate_identity
+from fusionviz.passes.simplify.eliminate_identity import eliminate_identity
 from fusionviz.passes.walk import graph_likes
 
 logger = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def _dropout_is_inference(node: ir.Node, opset: int) -> tuple[bool, str]:
     return True, ""
 
 
-class DropoutElimination(Pass, name="dropout_elimination", category=Category.SIMPLIFY, order=125,
+class DropoutElimination(Pass, name="eliminate_dropout", aliases=("dropout_elimination",), category=Category.SIMPLIFY, order=125,
                          trigger_ops={"Dropout"}):
     """Own rule (onnxscript's dropout rules only match the attribute form of opset < 12)."""
 

@@ -1,4 +1,4 @@
-"""attention_fusion: a self-attention block into ``com.microsoft.Attention``."""
+"""fuse_attention: a self-attention block into ``com.microsoft.Attention``."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 _ATTN_NAME = re.compile(r"(.+)_attn(?:_\d+)?")
 
 
-class AttentionFusion(Pass, name="attention_fusion", category=Category.FUSE, order=300,
+class AttentionFusion(Pass, name="fuse_attention", aliases=("attention_fusion",), category=Category.FUSE, order=300,
                       trigger_ops={"Softmax"}):
     title = "Attention → com.microsoft.Attention"
     needs_shapes = True
@@ -127,7 +127,7 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
                             raise Reject(f"mask of shape {shp} is neither an attention_mask nor (B,1|N,S,T)",
                                          m.mask.producer())
             except Reject as why:
-                logger.info("attention_fusion: Softmax %s not fused: %s", node.name, why)
+                logger.info("fuse_attention: Softmax %s not fused: %s", node.name, why)
                 nearmiss.note(m.nodes or [node], why.at or node, str(why), rule="attention",
                               **nearmiss.fixable(why.at, why.hint, why.kind))
                 continue

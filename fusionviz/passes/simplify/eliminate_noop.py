@@ -1,4 +1,4 @@
-"""noop_elimination: nodes that return their input unchanged are removed."""
+"""eliminate_noop: nodes that return their input unchanged are removed."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def _noop_rules() -> tuple[orp.RewriteRule, ...]:
     ))
 
 
-class NoOpElimination(Pass, name="noop_elimination", category=Category.SIMPLIFY, order=130):
+class NoOpElimination(Pass, name="eliminate_noop", aliases=("noop_elimination",), category=Category.SIMPLIFY, order=130):
     """onnxscript no-op rules plus broadcast-aware own rules."""
 
     mirrors_ort = "basic"

@@ -1,4 +1,4 @@
-"""fused_matmul: MatMul with a transposed operand and/or a scalar scale into ``FusedMatMul``."""
+"""fuse_matmul_transpose: MatMul with a transposed operand and/or a scalar scale into ``FusedMatMul``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _swap_last2(node: ir.Node, rank: int | None) -> bool:
     return n >= 2 and perm[:-2] == list(range(n - 2)) and perm[-2:] == [n - 1, n - 2]
 
 
-class FusedMatMulFusion(Pass, name="fused_matmul", category=Category.FUSE, order=330,
+class FusedMatMulFusion(Pass, name="fuse_matmul_transpose", aliases=("fused_matmul",), category=Category.FUSE, order=330,
                         trigger_ops={"MatMul"}):
     title = "MatMul + Transpose/scale → FusedMatMul"
     needs_shapes = True

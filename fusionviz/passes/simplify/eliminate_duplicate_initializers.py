@@ -1,4 +1,4 @@
-"""dedup_initializers: initializers with equal dtype, shape and bytes merged into one."""
+"""eliminate_duplicate_initializers: initializers with equal dtype, shape and bytes merged into one."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _may_have_duplicates(model: ir.Model) -> bool:
     return False
 
 
-class DeduplicateInitializers(Pass, name="dedup_initializers", category=Category.SIMPLIFY, order=390):
+class DeduplicateInitializers(Pass, name="eliminate_duplicate_initializers", aliases=("dedup_initializers",), category=Category.SIMPLIFY, order=390):
     """Wraps onnx-ir's DeduplicateHashedInitializersPass (sha512, then exact byte comparison)."""
 
     mirrors_ort = "basic"
@@ -71,7 +71,7 @@ lets CSE see that two nodes now have identical inputs.
                                   (n.op_type,), (n.op_type,), "duplicate initializer: " + ", ".join(swaps)))
         gone = sorted(kept_names - set(model.graph.initializers.keys()))
         if gone:
-            logger.info("dedup_initializers merged %d initializers", len(gone))
+            logger.info("eliminate_duplicate_initializers merged %d initializers", len(gone))
         return Outcome(changes=tuple(changes))
 
 
