@@ -270,7 +270,6 @@ def run_pipeline(
     keep_snapshots: bool = True,
     validate: bool = True,
     near_misses: bool = True,
-    _careful: bool = False,
 ) -> PipelineResult:
     """Run ``pass_names`` (any order given; canonical order used) on a copy of ``model``.
 
@@ -282,11 +281,63 @@ def run_pipeline(
     ``shapes`` fixes input shapes (``--shape``) and ``freeze`` makes inputs constants
     (``--freeze``) before the first pass; the "original" snapshot is the model so specialized.
 
-    ``validate`` applies the validity rule (module docstring); ``_careful`` is the internal
-    second run that checks it after every pass. ``near_misses`` records, per pass, where a
+    ``validate`` applies the validity rule (module docstring): when the result breaks it, the
+    passes run again, checked one by one (``_specialized_run``). ``near_misses`` records, per pass, where a
     rewrite almost fired and why it did not (:mod:`fusionviz.passes.nearmiss`).
     """
     passes = registry.resolve(pass_names)
+    if freeze:  # a frozen input's shape is its value's
+        shapes = {k: v for k, v in (shapes or {}).items() if k not in freeze} or None
+    result = _specialized_run(model, passes, shapes, freeze, progress, keep_snapshots, validate, near_misses)
+    if shapes:
+        refused = fixed_shapes_refused(model, result.final)
+        if refused:  # the shapes, not a pass, broke it (passes are checked against the fixed model)
+            note = ("The input shapes were not fixed in the model: with them fixed, onnxruntime (level all) refuses "
+                    f"the result ({refused}); the passes ran on the model's own input dims.")
+            logger.info(note)
+            again = _specialized_run(model, passes, None, freeze, progress, keep_snapshots, validate, near_misses)
+            result = dataclasses.replace(again, notes=(note, *again.notes))
+    if progress:
+        progress(len(passes), len(passes), "done")
+    return result
+
+
+class _NeedsSnapshots(Exception):
+    """A pass failed or was declined in a run without per-pass snapshots: nothing to restore from."""
+
+
+def _trimmed(result: PipelineResult, keep_snapshots: bool) -> PipelineResult:
+    """``result`` with only its first and last snapshots when the caller keeps no others."""
+    snaps = result.snapshots
+    if keep_snapshots or len(snaps) <= 2:
+        return result
+    return dataclasses.replace(result, snapshots=(snaps[0], snaps[-1]))
+
+
+def _specialized_run(model, passes, shapes, freeze, progress, keep_snapshots, validate, near_misses) -> PipelineResult:
+    """One run on ``model`` specialized by ``shapes`` / ``freeze``, and the runs the rules ask for:
+    again with per-pass snapshots when a pass must be restored and there were none (the CLI's
+    lean mode), and pass by pass (``careful``) when the result breaks the validity rule."""
+    def run(keep: bool, careful: bool) -> tuple[PipelineResult, validity.Baseline | None]:
+        return _run(model, passes, shapes=shapes, freeze=freeze, progress=progress, keep_snapshots=keep,
+                    validate=validate, near_misses=near_misses, careful=careful)
+
+    try:
+        result, base = run(keep_snapshots, False)
+    except _NeedsSnapshots:
+        result, base = run(True, False)
+        result = _trimmed(result, keep_snapshots)
+    if validate and any(r.changes for r in result.reports):
+        why = validity.violation(result.final, base)
+        if why:  # some pass broke the rule: find which, pass by pass
+            logger.info("the result breaks the validity rule (%s); checking pass by pass", why)
+            result = _trimmed(run(True, True)[0], keep_snapshots)
+    return result
+
+
+def _run(model: onnx.ModelProto, passes: Sequence, *, shapes, freeze, progress, keep_snapshots: bool, validate: bool,
+         near_misses: bool, careful: bool) -> tuple[PipelineResult, validity.Baseline | None]:
+    """The passes over one copy of ``model``: the result and the validity baseline of its original."""
     t0 = time.perf_counter()
     work = to_ir(model)
     if freeze:
@@ -354,9 +405,7 @@ def run_pipeline(
             logger.exception("pass %s failed", p.name)
             error = f"{type(exc).__name__}: {exc}"
         if (error is not None or declined is not None) and not keep_snapshots:
-            # nothing to restore from: run again with snapshots
-            return run_pipeline(model, pass_names, shapes=shapes, freeze=freeze, progress=progress,
-                                validate=validate, near_misses=near_misses, _careful=_careful)
+            raise _NeedsSnapshots  # nothing to restore from: the caller runs again with snapshots
         if error is not None:
             work = _restored(p, work, snapshots[-1].model)
             changes = []
@@ -365,7 +414,7 @@ def run_pipeline(
             work = _restored(p, work, snapshots[-1].model)
             changes = []
         proto = None
-        if changes and _careful:
+        if changes and careful:
             proto = to_proto(work)
             declined = validity.violation(proto, base)
             if declined:
@@ -393,25 +442,5 @@ def run_pipeline(
         last = snapshots[-1]
         final = last.model if len(snapshots) == 1 or last.model is not None else to_proto(work)
         snapshots = [snapshots[0]] + ([Snapshot(last.label, final, last.node_count)] if len(snapshots) > 1 else [])
-    result = PipelineResult(tuple(snapshots), tuple(reports), time.perf_counter() - t0)
-    if validate and not _careful and any(r.changes for r in reports):
-        why = validity.violation(snapshots[-1].model, base)
-        if why:  # some pass broke the rule: find which, pass by pass
-            logger.info("the result breaks the validity rule (%s); checking pass by pass", why)
-            result = run_pipeline(model, pass_names, shapes=shapes, freeze=freeze, progress=progress,
-                                  keep_snapshots=True, validate=True, near_misses=near_misses, _careful=True)
-            if not keep_snapshots:
-                snaps = result.snapshots
-                result = dataclasses.replace(result, snapshots=(snaps[0], snaps[-1]) if len(snaps) > 1 else snaps)
-    if shapes and not _careful:
-        refused = fixed_shapes_refused(model, result.final)
-        if refused:  # the shapes, not a pass, broke it (passes are checked against the fixed model)
-            note = ("The input shapes were not fixed in the model: with them fixed, onnxruntime (level all) refuses "
-                    f"the result ({refused}); the passes ran on the model's own input dims.")
-            logger.info(note)
-            again = run_pipeline(model, pass_names, freeze=freeze, progress=progress, keep_snapshots=keep_snapshots,
-                                 validate=validate, near_misses=near_misses)
-            return dataclasses.replace(again, notes=(note, *again.notes))
-    if progress:
-        progress(len(passes), len(passes), "done")
-    return result
+    return PipelineResult(tuple(snapshots), tuple(reports), time.perf_counter() - t0), base
+
