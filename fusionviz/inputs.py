@@ -132,10 +132,6 @@ def parse_shape_arg(text: str) -> tuple[str, list[int]]:
     return name, dims
 
 
-def parse_shapes(args: Sequence[str] | None) -> dict[str, list[int]]:
-    return dict(parse_shape_arg(a) for a in (args or []))
-
-
 def parse_value_arg(text: str) -> tuple[str, float | int | bool]:
     """Parse ``NAME=VALUE`` where VALUE is an integer, a float or true/false."""
     name, rest = _split_last(text or "", "--input", "--input sr=16000")
@@ -151,10 +147,6 @@ def parse_value_arg(text: str) -> tuple[str, float | int | bool]:
     except ValueError:
         raise errors.InputSpecError(f"--input '{text}': the value must be a number or true/false.") from None
     return name, value
-
-
-def parse_values(args: Sequence[str] | None) -> dict[str, float | int | bool]:
-    return dict(parse_value_arg(a) for a in (args or []))
 
 
 def load_data(data: bytes, filename: str, model: onnx.ModelProto) -> dict[str, np.ndarray]:

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
 from fusionviz import errors, model_io, samples
-from fusionviz.inputs import InputSpec, parse_shapes, parse_values
+from fusionviz.inputs import InputSpec, parse_shape_arg, parse_value_arg
 
 
 def add_model_arg(p) -> None:
     p.add_argument("model", metavar="MODEL", help="path to .onnx / folder / .zip, or a sample name")
 
 
+def _parsed(parse, flag: str):
+    """An argparse ``type`` from a parser of ``fusionviz.inputs``: each ``--shape`` / ``--input`` /
+    ``--freeze`` is parsed once, where argparse reads it, into a (name, value) pair; a bad one is
+    argparse's one-line error (exit 2)."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except errors.FusionvizError as exc:
+            msg = str(exc)
+            raise argparse.ArgumentTypeError(msg[len(flag) + 1:] if msg.startswith(f"{flag} ") else msg) from None
+
+    convert.__name__ = flag.lstrip("-")  # argparse names the type in its messages
+    return convert
+
+
 def add_shape_arg(p) -> None:
     p.add_argument("--shape", action="append", default=[], metavar="NAME=d1,d2,..",
+                   type=_parsed(parse_shape_arg, "--shape"),
                    help="concrete shape for an input with symbolic dims (repeatable; NAME may hold ':' '/' spaces)")
 
 
@@ -43,6 +60,7 @@ def add_input_args(p) -> None:
     """--shape, --input NAME=VALUE and --inputs FILE: what the user says about the inputs."""
     add_shape_arg(p)
     p.add_argument("--input", action="append", default=[], metavar="NAME=VALUE", dest="input_values",
+                   type=_parsed(parse_value_arg, "--input"),
                    help="one value for an input, e.g. a sample rate: --input sr=16000 (repeatable)")
     p.add_argument("--inputs", metavar="FILE.npz|.npy", dest="inputs_file",
                    help="your own input data: a .npz with one array per input name (or a .npy for a "
@@ -52,6 +70,7 @@ def add_input_args(p) -> None:
 def add_freeze_arg(p) -> None:
     """--freeze NAME=VALUE: specialize the optimized model for one value of an input."""
     p.add_argument("--freeze", action="append", default=[], metavar="NAME=VALUE",
+                   type=_parsed(parse_value_arg, "--freeze"),
                    help="make input NAME the constant VALUE in the optimized model, which then no longer takes "
                         "it (an If on it folds to one branch); the original is fed VALUE, e.g. --freeze sr=16000 "
                         "(repeatable)")
@@ -59,7 +78,7 @@ def add_freeze_arg(p) -> None:
 
 def freeze_of(args, plan) -> dict | None:
     """``--freeze``'s inputs → the value arrays the plan feeds them (dtype and shape of the input)."""
-    names = list(parse_values(getattr(args, "freeze", None)))
+    names = list(frozen_values(args))
     if not names:
         return None
     feeds = plan.feeds("normal")
@@ -78,9 +97,9 @@ def input_spec_of(args, model) -> InputSpec:
         except OSError as exc:
             raise errors.InputSpecError(f"Cannot read '{path}': {exc.strerror}.") from None
         data = load_data(raw, path, model)
-    shapes = {k: tuple(v) for k, v in parse_shapes(getattr(args, "shape", None)).items()}
-    values = parse_values(getattr(args, "input_values", None))
-    for name, value in parse_values(getattr(args, "freeze", None)).items():
+    shapes = {k: tuple(v) for k, v in shapes_of(args).items()}
+    values = given_values(args)
+    for name, value in frozen_values(args).items():
         if name in values and values[name] != value:
             raise errors.InputSpecError(f"--input {name}={values[name]} and --freeze {name}={value} disagree.")
         values[name] = value  # the original is fed the frozen value
@@ -129,7 +148,18 @@ def load_model_arg(text: str) -> model_io.LoadedModel:
 
 
 def shapes_of(args) -> dict[str, list[int]]:
-    return parse_shapes(getattr(args, "shape", None))
+    """``--shape``'s input name -> dims (parsed by argparse: :func:`_parsed`)."""
+    return dict(getattr(args, "shape", None) or [])
+
+
+def given_values(args) -> dict[str, float | int | bool]:
+    """``--input``'s input name -> value."""
+    return dict(getattr(args, "input_values", None) or [])
+
+
+def frozen_values(args) -> dict[str, float | int | bool]:
+    """``--freeze``'s input name -> value."""
+    return dict(getattr(args, "freeze", None) or [])
 
 
 def write_json(obj, path: str | None) -> None:

@@ -147,12 +147,11 @@ def _report(args, loaded, plan, shapes, names, result, v, found, cmp_=None) -> d
     """The report (``fusionviz.report.build``, the app's schema) with the command that reproduces the run."""
     from fusionviz import report as R
     from fusionviz import samples
-    from fusionviz.inputs import parse_values
 
     is_sample = args.model in samples.sample_names() and not Path(args.model).exists()
-    command = R.cli_command(args.model, names, shapes=shapes, values=parse_values(args.input_values),
+    command = R.cli_command(args.model, names, shapes=shapes, values=common.given_values(args),
                             inputs_file=args.inputs_file, output=args.output,
-                            freeze=parse_values(getattr(args, "freeze", None)), rtol=args.rtol, atol=args.atol,
+                            freeze=common.frozen_values(args), rtol=args.rtol, atol=args.atol,
                             keep_fp32=[n.strip() for n in (args.keep_fp32 or "").split(",") if n.strip()])
     return R.build(model_name=loaded.name, sha256=loaded.sha256, source="sample" if is_sample else "file",
                    result=result, plan=plan, verification=v, bisect=found, compare=cmp_, command=command)
