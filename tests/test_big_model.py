@@ -117,7 +117,7 @@ def test_a_model_over_one_protobuf_message_goes_to_onnxruntime_as_a_saved_copy(t
     from fusionviz.passes import validity
 
     model = model_io.load_path(_small(tmp_path)).proto  # in memory, 6 MB
-    monkeypatch.setattr(model_io, "PROTO_MAX_BYTES", 1 << 20)
+    monkeypatch.setattr(model_io.save, "PROTO_MAX_BYTES", 1 << 20)  # where for_runtime reads it
     data, folder = model_io.for_runtime(model, tmp_path / "copy")
     assert isinstance(data, str) and folder is None and Path(data + ".data").exists()
     plan = verify.probe(model, plan_inputs(model), isolated=True)
