@@ -147,15 +147,22 @@ def _take_click(layers: dict[str, Any]) -> None:
         st.session_state[PICK] = value["key"]
 
 
-def _table(graph, sources: dict[str, set[str]]) -> list[dict]:
+def _table(graph, sources: dict[str, set[str]], ops: dict[str, str] | None = None) -> list[dict]:
+    """One row per executed layer; ``ops``: ONNX node key -> op type, for the kernel column of a
+    layer our passes left apart (what onnxruntime could run it as, or that it has no kernel)."""
+    from fusionviz.graphview.fused_kernels import kernel_note
+
     rows = []
     for layer in graph.layers:
         if layer.is_constant or layer.is_io:
             continue
         ours, _ = _ours(layer.absorbed, sources)
+        apart = len(layer.absorbed) >= 2 and ours not in ("one node too", "folded away")
+        kernel = kernel_note(ops.get(k, "") for k in layer.absorbed) if apart and ops else ""
         rows.append({"order": layer.exec_order, "layer": layer.name, "type": layer.layer_type,
                      "ONNX nodes absorbed": len(layer.absorbed), "origins": ", ".join(layer.absorbed),
                      "our passes": ours if len(layer.absorbed) >= 2 else "-",
+                     "onnxruntime (CPU) for the group": kernel,
                      "precision": layer.precision or "", "layout": layer.output_layout or "",
                      "ms": round(layer.time_ms, 4) if layer.time_ms is not None else None})
     return rows
@@ -233,8 +240,22 @@ def body(loaded: Any, result: Any, backend: str) -> None:
               selected=ids_left.get(pick) if pick else None)
     with cols[1], common.guard("drawing the graph beside it"):
         _pane(other, key="compiled_other", pane=other_pane, label=other_label, linked=linked)
+    from fusionviz.graphview.fused_kernels import kernel_note
+    from fusionviz.graphview.model_graph import node_keys
+
+    ops = dict(zip(node_keys(result.original.graph.node), (n.op_type for n in result.original.graph.node),
+                   strict=True))
     if layer is not None:
         ours, _ = _ours(layer.absorbed, sources)
+        if len(layer.absorbed) >= 2 and ours not in ("one node too", "folded away"):
+            note = kernel_note(ops.get(k, "") for k in layer.absorbed)
+            if note.startswith("no kernel"):
+                st.info(f"{title} fused these; our passes did not: onnxruntime's CPU provider has no kernel for "
+                        f"them ({note.removeprefix('no kernel: ')}), so no ONNX rewrite can hold them in one node "
+                        "it runs.", icon=":material/info:")
+            else:
+                st.info(f"{title} fused these; our passes did not. onnxruntime could run them as: {note}.",
+                        icon=":material/info:")
         st.markdown(f"**{layer.layer_type} `{layer.name}`** runs {len(layer.absorbed)} ONNX node(s): "
                     + ", ".join(f"`{k}`" + (" (inferred)" if k in layer.inferred else "") for k in layer.absorbed)
                     + (f" · {layer.precision}" if layer.precision else "")
@@ -242,4 +263,4 @@ def body(loaded: Any, result: Any, backend: str) -> None:
                     + (f" · {layer.time_ms:.3f} ms" if layer.time_ms is not None else "")
                     + (f" · our passes: {ours}" if len(layer.absorbed) >= 2 else ""))
     with st.expander(f"All {len(body_layers)} executed layers", expanded=False):
-        st.dataframe(pd.DataFrame(_table(graph, sources)), width="stretch", hide_index=True)
+        st.dataframe(pd.DataFrame(_table(graph, sources, ops)), width="stretch", hide_index=True)
