@@ -130,3 +130,13 @@ def weight_value(value: ir.Value | None) -> np.ndarray | None:
         return tensor.numpy()
     except FileNotFoundError:  # external data is not available
         return None
+
+
+def release(cv: ir.TensorProtocol) -> None:
+    """Unmap a weight kept on disk once it has been read, so its pages leave the process's memory
+    (no-op for one in memory, or while an array still points into the map)."""
+    if isinstance(cv, ir.ExternalTensor):
+        try:
+            cv.release()
+        except BufferError:
+            pass

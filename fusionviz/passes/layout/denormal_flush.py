@@ -27,6 +27,7 @@ import numpy as np
 import onnx_ir as ir
 
 from fusionviz.passes.base import Category, Change, ChangeKind, Outcome, Pass
+from fusionviz.passes.facts import release
 from fusionviz.passes.guards import singular_path
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ def find_denormal_initializers(model: ir.Model) -> dict[str, tuple[np.ndarray, i
             continue
         n = count_denormals(arr)
         if not n:
+            del arr
+            release(t)  # a weight kept on disk, read: unmapped again (only the ones found stay)
             continue
         why = guarded_singularity(value)
         if why:

@@ -2,41 +2,66 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import numpy as np
 import onnx_ir as ir
-from onnx_ir.passes.common import DeduplicateHashedInitializersPass
 
 from fusionviz.passes.base import Category, Change, ChangeKind, Outcome, Pass
+from fusionviz.passes.facts import release
 from fusionviz.passes.walk import all_nodes, graphs
 
 logger = logging.getLogger(__name__)
 
-def _may_have_duplicates(model: ir.Model) -> bool:
-    """Cheap pre-check for DeduplicateHashedInitializersPass, which hashes every weight: two
-    initializers can only be equal if dtype, shape and their first 64 bytes are; when no two
-    agree on those, the (sha512 over all weight bytes) pass has nothing to find."""
+def _head_key(cv: ir.TensorProtocol) -> tuple:
+    """dtype, shape and the first 64 bytes: two initializers can only be equal when these are
+    (reading them touches only the first page of a weight kept on disk)."""
+    arr = np.asarray(cv.numpy())
+    head = arr.reshape(-1)[:64].tobytes() if arr.dtype != object else repr(arr.reshape(-1)[:8]).encode()
+    return (cv.dtype, tuple(arr.shape), head)
+
+
+def _candidates(model: ir.Model) -> list[tuple[ir.Graph, list[ir.Value]]]:
+    """Per graph, the groups of two or more initializers that agree on :func:`_head_key` (graph
+    inputs and outputs are never merged)."""
+    out = []
     for g in graphs(model):
-        seen: set[tuple] = set()
+        groups: dict[tuple, list[ir.Value]] = {}
         for v in g.initializers.values():
             cv = v.const_value
             if cv is None or v.is_graph_input() or v.is_graph_output():
                 continue
-            try:
-                arr = np.asarray(cv.numpy())
-                head = arr.reshape(-1)[:64].tobytes() if arr.dtype != object else repr(arr.reshape(-1)[:8]).encode()
-            except Exception:  # noqa: BLE001 - unreadable data: let the library pass decide
-                return True
-            key = (cv.dtype, tuple(arr.shape), head)
-            if key in seen:
-                return True
-            seen.add(key)
-    return False
+            groups.setdefault(_head_key(cv), []).append(v)
+        out.extend((g, vs) for vs in groups.values() if len(vs) > 1)
+    return out
+
+
+def _bytes_of(cv: ir.TensorProtocol) -> bytes:
+    if cv.dtype.is_string():
+        return np.array(cv.string_data()).tobytes()
+    return np.ascontiguousarray(cv.numpy()).tobytes()
+
+
+def _digest(cv: ir.TensorProtocol) -> str:
+    if cv.dtype.is_string():
+        digest = hashlib.sha512(_bytes_of(cv)).hexdigest()
+    else:
+        digest = hashlib.sha512(np.ascontiguousarray(cv.numpy())).hexdigest()  # the array is gone after
+    release(cv)
+    return digest
+
+
+def _same_bytes(a: ir.TensorProtocol, b: ir.TensorProtocol) -> bool:
+    same = _bytes_of(a) == _bytes_of(b)
+    release(a)
+    release(b)
+    return same
 
 
 class DeduplicateInitializers(Pass, name="eliminate_duplicate_initializers", aliases=("dedup_initializers",), category=Category.SIMPLIFY, order=390):
-    """Wraps onnx-ir's DeduplicateHashedInitializersPass (sha512, then exact byte comparison)."""
+    """onnx-ir's DeduplicateHashedInitializersPass (sha512, then exact byte comparison), run over
+    the initializers that can have a twin only (:func:`_deduplicate`)."""
 
     mirrors_ort = "basic"
 
@@ -55,11 +80,16 @@ lets CSE see that two nodes now have identical inputs.
 """
 
     def transform(self, model: ir.Model) -> Outcome | None:
-        if not _may_have_duplicates(model):
+        try:
+            groups = _candidates(model)
+        except Exception:  # noqa: BLE001 - an unreadable weight: nothing is merged
+            logger.info("eliminate_duplicate_initializers: a weight cannot be read; nothing merged", exc_info=True)
+            return None
+        if not groups:
             return None  # no two initializers share dtype, shape and leading bytes: nothing to hash
         before = {id(n): [v.name if v is not None else "" for v in n.inputs] for n in all_nodes(model)}
         kept_names = set(model.graph.initializers.keys())
-        _deduplicate(model)
+        _deduplicate(groups)
         changes = []
         for n in all_nodes(model):  # the rewiring is the change: one Change per node that moved
             old = before.get(id(n))
@@ -75,18 +105,21 @@ lets CSE see that two nodes now have identical inputs.
         return Outcome(changes=tuple(changes))
 
 
-def _deduplicate(model: ir.Model) -> None:
-    """onnx-ir's DeduplicateHashedInitializersPass, quiet and on C-contiguous data."""
-    dedup_logger = logging.getLogger("onnx_ir.passes.common.initializer_deduplication")
-    level = dedup_logger.level
-    dedup_logger.setLevel(logging.ERROR)  # it warns once per initializer that is a graph input
-    for g in graphs(model):  # onnx-ir 1.1 hashes with hashlib, which needs C-contiguous data
-        for v in g.initializers.values():
-            if isinstance(v.const_value, ir.Tensor):
-                arr = v.const_value.numpy()
-                if isinstance(arr, np.ndarray) and not arr.flags.c_contiguous:
-                    v.const_value = ir.Tensor(np.ascontiguousarray(arr), name=v.name)
-    try:
-        DeduplicateHashedInitializersPass()(model)
-    finally:
-        dedup_logger.setLevel(level)
+def _deduplicate(groups: list[tuple[ir.Graph, list[ir.Value]]]) -> None:
+    """onnx-ir's DeduplicateHashedInitializersPass (sha512, then an exact byte comparison before a
+    merge), over the candidate groups only, each weight kept on disk unmapped once read: hashing
+    every weight of a 1 GB model mapped all of it into the process (a GPT-2 export: +0.4 GB)."""
+    for g, values in groups:
+        kept: dict[str, ir.Value] = {}
+        for v in values:
+            digest = _digest(v.const_value)
+            first = kept.get(digest)
+            if first is None:
+                kept[digest] = v
+                continue
+            if not _same_bytes(first.const_value, v.const_value):
+                logger.warning("initializers '%s' and '%s' hash alike but differ", first.name, v.name)
+                continue
+            v.replace_all_uses_with(first)
+            g.initializers.pop(v.name)
+            logger.info("Replaced initializer '%s' with existing initializer '%s'", v.name, first.name)
