@@ -59,41 +59,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # transformer_exports
 
+from fusionviz.graphview.fused_kernels import ELEMENTWISE, LAYOUT, kernel_note  # noqa: E402 - after the path setup
+
 #: executed layers that only move, convert or hold data
 BOOKKEEPING = frozenset({"Const", "Constant", "Input", "Parameter", "Output", "Result", "Reorder", "Convert"})
-
-_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "Tanh", "Neg", "Abs", "Exp",
-                          "Log", "Sqrt", "Pow", "Max", "Min", "LeakyRelu", "HardSigmoid", "HardSwish", "Erf",
-                          "Cast", "Floor", "Ceil", "Round", "Reciprocal", "PRelu", "Where", "Equal", "Less",
-                          "Greater", "Not", "And", "Or", "Softplus", "Elu", "Selu", "Mish", "Gelu"})
-_LAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
-
-
-def kernel_note(ops: list[str]) -> str:
-    """What onnxruntime (CPU) offers for a group of these op types, in one phrase."""
-    s = set(ops)
-    if "Conv" in s and "Sigmoid" in s and "Mul" in s:
-        return "no kernel: FusedConv has no SiLU activation"
-    if "Conv" in s and "HardSwish" in s:
-        return "no kernel: FusedConv has no HardSwish activation"
-    if s & {"Conv", "ConvTranspose"} and s <= {"Conv", "ConvTranspose", "Add", "Mul", "Sub", "Div",
-                                               "BatchNormalization", "Relu", "Clip", "Sigmoid", "Tanh",
-                                               "LeakyRelu", "HardSigmoid"}:
-        return "FusedConv / weight folding (a fusion could hold it)"
-    if "ReduceSum" in s or "ReduceMean" in s:
-        if s <= {"Mul", "ReduceSum", "ReduceMean", "Sub", "Pow", "Add", "Sqrt", "Div"}:
-            return "no kernel: no fused element-wise + reduce kernel"
-    if s <= _ELEMENTWISE | _LAYOUT:
-        if s <= {"Mul", "Add", "Sub", "Div"}:
-            return "no kernel: no generic element-wise chain kernel"
-        return "no kernel: no fused element-wise kernel for this chain"
-    if "MatMul" in s and s <= {"MatMul", "Add", "Relu", "Transpose", "Mul", "Div"}:
-        return "Gemm / FusedMatMul / FusedGemm (a fusion could hold part of it)"
-    if "LSTM" in s or "GRU" in s:
-        return "no kernel: recurrent cell with its surroundings"
-    if "Softmax" in s and "MatMul" in s:
-        return "Attention / MultiHeadAttention (part of an attention block; explain says why it stayed)"
-    return "unclassified"
 
 
 def _compute_keys(model) -> tuple[dict[str, str], set[str]]:
@@ -161,7 +130,7 @@ def why_apart(ours: list[str], fp16: bool) -> str | None:
     rest = s - {"FusedConv", "Conv", "ConvTranspose", "Gemm", "MatMul", "FusedMatMul"}
     if not rest and len(ours) > 1:
         return "no runtime op left: the group's tail (an affine after the activation) is folded into the next Conv"
-    if rest != s and rest and rest <= _ELEMENTWISE | _LAYOUT:
+    if rest != s and rest and rest <= ELEMENTWISE | LAYOUT:
         return "no kernel: element-wise ops after the Conv/MatMul's activation, or not per-channel"
     return None
 

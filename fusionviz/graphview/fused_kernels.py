@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "Tanh", "Neg", "Abs", "Exp",
+ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "Tanh", "Neg", "Abs", "Exp",
                           "Log", "Sqrt", "Pow", "Max", "Min", "LeakyRelu", "HardSigmoid", "HardSwish", "Erf",
                           "Cast", "Floor", "Ceil", "Round", "Reciprocal", "PRelu", "Where", "Equal", "Less",
                           "Greater", "Not", "And", "Or", "Softplus", "Elu", "Selu", "Mish", "Gelu"})
-_LAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
+LAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
 
 
 def kernel_note(ops: Iterable[str]) -> str:
@@ -28,7 +28,7 @@ def kernel_note(ops: Iterable[str]) -> str:
     if "ReduceSum" in s or "ReduceMean" in s:
         if s <= {"Mul", "ReduceSum", "ReduceMean", "Sub", "Pow", "Add", "Sqrt", "Div"}:
             return "no kernel: no fused element-wise + reduce kernel"
-    if s <= _ELEMENTWISE | _LAYOUT:
+    if s <= ELEMENTWISE | LAYOUT:
         if s <= {"Mul", "Add", "Sub", "Div"}:
             return "no kernel: no generic element-wise chain kernel"
         return "no kernel: no fused element-wise kernel for this chain"
