@@ -40,8 +40,13 @@ def count_denormals(array: np.ndarray) -> int:
     tiny = _TINY.get(array.dtype)
     if tiny is None:
         return 0
-    a = np.abs(array)
-    return int(np.count_nonzero((a > 0) & (a < tiny)))
+    flat = array.reshape(-1)
+    step = 1 << 22  # 4M values at a time: the temporaries stay small for a weight of any size
+    count = 0
+    for start in range(0, flat.size, step):
+        a = np.abs(flat[start:start + step])
+        count += int(np.count_nonzero((a > 0) & (a < tiny)))
+    return count
 
 
 def flush_denormals(array: np.ndarray) -> np.ndarray:
