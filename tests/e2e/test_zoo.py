@@ -13,7 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import (  # at collection: 'conftest' is this folder's then
+    ROOT,
+    fresh_server,
+    wait_idle,
+)
 
 SCREENS = ROOT / "artifacts" / "screens"
 
@@ -125,7 +129,6 @@ def test_zoo_sweeps_the_loaded_model_and_shows_node_changes(browser, tmp_path):
     import sys
 
     import onnx
-    from conftest import fresh_server, wait_idle
 
     if str(ROOT / "tests" / "ui") not in sys.path:
         sys.path.insert(0, str(ROOT / "tests" / "ui"))
