@@ -21,6 +21,7 @@ import pytest
 from fusionviz.passes.pipeline import run_pipeline
 from fusionviz.passes.registry import default_passes
 from fusionviz.verify import verify
+from tests.passes.fuse.test_transformer import _G as _Builder
 
 S, HID, NH = 8, 32, 4
 HS = HID // NH
@@ -28,27 +29,11 @@ FMIN = float(np.finfo(np.float32).min)
 I64_MAX, I64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
 
-class _G:
-    def __init__(self, seed: int = 0) -> None:
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self.rng = np.random.default_rng(seed)
-        self.n = 0
-
-    def name(self, base: str) -> str:
-        self.n += 1
-        return f"{base}_{self.n}"
-
-    def const(self, arr, base: str = "c") -> str:
-        nm = self.name(base)
-        self.inits.append(onh.from_array(np.asarray(arr), nm))
-        return nm
+class _G(_Builder):
+    """The transformer tests' graph builder, naming nodes as the dynamo exporter does (``node_*``)."""
 
     def i64(self, *vals: int) -> str:
         return self.const(np.array(vals, np.int64), "shape")
-
-    def w(self, *shape: int, scale: float = 0.2) -> str:
-        return self.const((self.rng.standard_normal(shape) * scale).astype(np.float32), "w")
 
     def op(self, op: str, inputs, n_out: int = 1, domain: str = "", **attrs):
         outs = [self.name(op.lower()) for _ in range(n_out)]
