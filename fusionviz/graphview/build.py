@@ -33,7 +33,8 @@ Drawing rules (model_graph, collapse and dot hold theirs):
    collapsed block takes its largest member value (NaN first). The legend lists every step of
    the scale, and NaN when one is drawn. Nodes without a value keep their fill. Every per-node
    overlay goes through this one rule (``graphview.overlays``: time, memory, error): each gives
-   its own palette (``value_fills``), unit (``value_unit``: "ms", "B" or none) and NaN label.
+   its own palette (``value_fills``), unit (``value_unit``: "ms", "B" or none) and NaN label;
+   ``value_labels`` replaces a node's value line where the value is its group's (OpenVINO layers).
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ class RenderOptions:
         value_fills: the palette of the scale, low to high (empty: ``dot.HEAT_FILLS``).
         value_unit: how a value is written: "ms", "B" (bytes, in KB/MB/GB) or "" (2 digits).
         value_nan_label: the legend's and labels' name for a NaN value.
+        value_labels: ``(node key, text)`` pairs that replace the label line written for a
+            node's value (an overlay whose value belongs to a group of nodes says so on each).
     """
 
     collapse: bool = False
@@ -132,6 +135,7 @@ class RenderOptions:
     value_fills: tuple[str, ...] = ()
     value_unit: str = ""
     value_nan_label: str = "NaN/Inf introduced"
+    value_labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,6 +504,7 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
     hub_counts = {t: len(dg.consumers.get(t, ())) for t in dg.hubs}
     near = _near_miss_keys(dg, opts.near_misses)
     values = dict(opts.node_values)
+    value_labels = dict(opts.value_labels)
     steps = value_steps(opts) if values else ()
     nan_drawn = False
     for i, item in enumerate(sel.items):
@@ -534,7 +539,8 @@ def _write_dot(dg: DisplayGraph, sel, status: Mapping[str, str] | None, diff: Gr
             if n.key in values:  # rule 8
                 fill = value_fill(values[n.key], steps, opts.value_fills)
                 nan_drawn = nan_drawn or math.isnan(values[n.key])
-                lines.append((D.shorten(_value_text(opts.value_title, values[n.key], opts.value_unit), 44),
+                lines.append((D.shorten(value_labels.get(n.key)
+                                        or _value_text(opts.value_title, values[n.key], opts.value_unit), 44),
                               "#111827", 9, True))
             label = D.html_label(lines)
             out.append(f"  {name} " + D.attrs(id=eid, label=label, fillcolor=fill, color=border,

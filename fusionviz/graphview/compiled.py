@@ -309,7 +309,7 @@ def render_executed(graph: ExecutedGraph, *, options: CompiledRenderOptions | No
 
 
 def compile_executed(model: onnx.ModelProto, backend: str, *, shapes=None, layer_times: bool = False,
-                     threads: int = 1, runs: int = 5) -> tuple[ExecutedGraph, float]:
+                     threads: int = 1, runs: int = 5, feeds=None) -> tuple[ExecutedGraph, float]:
     """Compile ``model`` with ``backend`` and read the graph it executes (what ``render --compiled``
     and the Graph page draw).
 
@@ -320,6 +320,8 @@ def compile_executed(model: onnx.ModelProto, backend: str, *, shapes=None, layer
         layer_times: also measure per-layer times over ``runs`` profiled inferences.
         threads: intra-op threads.
         runs: profiled inferences when ``layer_times``.
+        feeds: the inputs to compile for and profile on (default: made from ``shapes``), e.g. an
+            ``InputPlan``'s, so the times are those of the inputs onnxruntime's profile ran on.
 
     Returns:
         (the executed graph, seconds the compilation took).
@@ -338,7 +340,8 @@ def compile_executed(model: onnx.ModelProto, backend: str, *, shapes=None, layer
 
     b = get_backend(backend)
     b.require()
-    feeds = make_inputs(model, {k: list(v) for k, v in (shapes or {}).items()} or None)
+    if feeds is None:
+        feeds = make_inputs(model, {k: list(v) for k, v in (shapes or {}).items()} or None)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fusionviz_compile_") as tmp:  # weights on disk: a file with its data
         compiled = b.compile(runtime_source(model, tmp), threads=threads,
@@ -355,18 +358,19 @@ def compile_executed(model: onnx.ModelProto, backend: str, *, shapes=None, layer
     return graph, compile_s
 
 
-def _compile_child(data: bytes, backend: str, shapes, layer_times: bool, threads: int):
+def _compile_child(data: bytes, backend: str, shapes, layer_times: bool, threads: int, feeds=None):
     """:func:`compile_executed` in a child process: (graph, seconds) or (None, error sentence)."""
     model = onnx.ModelProto()
     model.ParseFromString(data)
     try:
-        return compile_executed(model, backend, shapes=shapes, layer_times=layer_times, threads=threads)
+        return compile_executed(model, backend, shapes=shapes, layer_times=layer_times, threads=threads,
+                                feeds=feeds)
     except errors.FusionvizError as exc:
         return None, str(exc)
 
 
 def compile_executed_isolated(model: onnx.ModelProto, backend: str, *, shapes=None, layer_times: bool = False,
-                              threads: int = 1, timeout_s: float = 600.0) -> tuple[ExecutedGraph, float]:
+                              threads: int = 1, timeout_s: float = 600.0, feeds=None) -> tuple[ExecutedGraph, float]:
     """:func:`compile_executed` in a fresh process, so a runtime that crashes or leaks threads and
     memory cannot take the caller (the app's server) with it.
 
@@ -381,7 +385,8 @@ def compile_executed_isolated(model: onnx.ModelProto, backend: str, *, shapes=No
     title = TITLES.get(canonical(backend), backend)
     with cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
         fut = pool.submit(_compile_child, model.SerializeToString(), backend,
-                          {k: list(v) for k, v in (shapes or {}).items()}, layer_times, threads)
+                          {k: list(v) for k, v in (shapes or {}).items()}, layer_times, threads,
+                          None if feeds is None else dict(feeds))
         try:
             graph, got = fut.result(timeout=timeout_s)
         except cf.TimeoutError:

@@ -14,11 +14,24 @@ Rules (the code points back to them):
    its kernel wrote in a profiled run when one is given (``profile.NodeTimes.output_bytes``), else
    it has no value; the note says how many of each; ``error`` the largest max
    rel error of a node's outputs against the other side (``fusionviz.compare``), NaN where a NaN/Inf
-   appears.
+   appears; ``ov_time`` OpenVINO's per-layer times (rule 4).
 3. Fixed scales, so two panes and two models read alike: time in decades of milliseconds from
    ≤ 0.01 ms to > 10 ms; memory in steps of 4× from ≤ 16 KB to > 4 MB (a feature map of a
    CNN's first layers and of its last ones fall in different steps); error on the comparison's
    own scale (given by the caller).
+4. OpenVINO per-layer times (``ov_time``): OpenVINO's CPU plugin runs layers, not ONNX nodes; a
+   layer often holds several (Conv + BatchNormalization + Relu is one convolution). A layer's
+   real time (``ExecutedLayer.time_ms``, the mean over profiled inferences) is not split: it is
+   given whole to the group. Every node of the group is filled with the layer's time (the colour
+   says how slow the kernel it runs in is); the group's first node in model order carries the
+   time in its label ("OpenVINO 0.31 ms (layer of 3 nodes)") and the others say "in <first
+   node>'s layer". Sums count each layer once (:meth:`Overlay.total`). Layers that hold no ONNX
+   node (reorders and converts OpenVINO added) and nodes folded into constants at compile time
+   have no node to colour; the note gives their count and time.
+5. Inside a control-flow body (:func:`body_overlay`): the body's nodes take the values the
+   whole model's run gave them by node name (onnxruntime's profile names body nodes; a name
+   that occurs twice in the model is left out, it cannot be told apart); a node that has no
+   value (a branch not taken on these inputs) is not coloured, and the note counts them.
 """
 
 from __future__ import annotations
@@ -33,7 +46,8 @@ import onnx
 from fusionviz.graphview import dot as D
 
 #: Rule 2: the overlay kinds, in the order the page offers them, with their names.
-KINDS = {"change": "Change class", "time": "Time per node", "memory": "Memory written", "error": "Error per tensor"}
+KINDS = {"change": "Change class", "time": "Time per node (onnxruntime)", "ov_time": "Time per layer (OpenVINO)",
+         "memory": "Memory written", "error": "Error per tensor"}
 
 #: Rule 3: the time scale (ms) and the memory scale (bytes).
 TIME_SCALE = ((0.01, "≤ 0.01 ms"), (0.1, "≤ 0.1 ms"), (1.0, "≤ 1 ms"), (10.0, "≤ 10 ms"), (math.inf, "> 10 ms"))
@@ -55,6 +69,10 @@ class Overlay:
         nan_label: the name of a NaN value in the legend ("" when the kind has none).
         note: one line on where the numbers come from (and what is missing).
         missing: nodes that should have a value and have none (memory: outputs of unknown size).
+        labels: (node key, label text) where a node's label says more than its value (rule 4).
+        groups: (node key, group key) for nodes whose value is their group's, shared with the
+            group's first node ``group key`` (rule 4); sums count a group once.
+        details: (node key, text) written in the side panel instead of the bare value (rule 4).
     """
 
     kind: str
@@ -66,6 +84,9 @@ class Overlay:
     nan_label: str = ""
     note: str = ""
     missing: int = 0
+    labels: tuple[tuple[str, str], ...] = ()
+    groups: tuple[tuple[str, str], ...] = ()
+    details: tuple[tuple[str, str], ...] = ()
 
     def value(self, key: str) -> float | None:
         """The value of node ``key``, or None."""
@@ -80,13 +101,33 @@ class Overlay:
         from fusionviz.graphview.build import format_value
 
         v = self.value(key)
-        return None if v is None else format_value(v, self.unit)
+        if v is None:
+            return None
+        return dict(self.details).get(key) or format_value(v, self.unit)
+
+    def total(self, keys: Iterable[str]) -> tuple[float, int]:
+        """(the sum of the values of ``keys``, how many of them have one); a group's value counts
+        once however many of its nodes are in ``keys`` (rule 4)."""
+        group = dict(self.groups)
+        seen: set[str] = set()
+        total, n = 0.0, 0
+        for k in keys:
+            v = self.value(k)
+            if v is None:
+                continue
+            n += 1
+            head = group.get(k, k)
+            if head in seen:
+                continue
+            seen.add(head)
+            total += v
+        return total, n
 
     def render_options(self) -> dict:
         """``RenderOptions`` fields that draw this overlay (build rule 8)."""
         return {"node_values": self.values, "value_scale": self.scale, "value_title": self.title,
                 "value_fills": self.fills, "value_unit": self.unit,
-                "value_nan_label": self.nan_label or "NaN/Inf"}
+                "value_nan_label": self.nan_label or "NaN/Inf", "value_labels": self.labels}
 
     def legend(self) -> list[tuple[str, str, str]]:
         """(title, fill, border) per step, then NaN when the kind has one and a value is NaN."""
@@ -161,3 +202,76 @@ def error_overlay(values: Iterable[tuple[str, float]], scale: tuple[tuple[float,
     on the comparison's scale."""
     return Overlay("error", "max rel", tuple(values), scale, D.HEAT_FILLS, nan_label="NaN/Inf introduced",
                    note=note)
+
+
+def openvino_time_overlay(graph, model: onnx.ModelProto | None = None) -> Overlay:
+    """Rule 4: OpenVINO's per-layer times on the ONNX nodes each layer holds.
+
+    Args:
+        graph: a timed ``backends.ExecutedGraph`` (``compiled.compile_executed(layer_times=True)``).
+        model: the model it was compiled from: orders a group, and a group's first node is its
+            first that is not a Constant (a weight held in a Constant node is absorbed too).
+    """
+    from fusionviz.graphview.build import format_value
+    from fusionviz.graphview.model_graph import node_keys
+
+    nodes = list(model.graph.node) if model is not None else []
+    order = {k: i for i, k in enumerate(node_keys(nodes))}
+    consts = {k for k, n in zip(order, nodes, strict=True) if n.op_type == "Constant" and n.domain in ("", "ai.onnx")}
+    values: dict[str, float] = {}
+    labels: dict[str, str] = {}
+    groups: dict[str, str] = {}
+    details: dict[str, str] = {}
+    in_consts: set[str] = set()
+    extra_ms, extra_n, layers = 0.0, 0, 0
+    for layer in graph.layers:
+        if layer.is_io:
+            continue
+        if layer.is_constant:
+            in_consts.update(layer.absorbed)
+            continue
+        if layer.time_ms is None:
+            continue
+        members = [k for k in layer.absorbed if k not in values]
+        if order:
+            members = sorted((k for k in members if k in order), key=order.__getitem__)
+        if not members:
+            extra_ms += layer.time_ms
+            extra_n += 1
+            continue
+        layers += 1
+        head, t = next((k for k in members if k not in consts), members[0]), float(layer.time_ms)
+        others = [k for k in members if k != head and k not in consts]
+        kernel = f", {layer.kernel}" if layer.kernel else ""
+        size = f"layer of {len(others) + 1} nodes" if others else "its own layer"
+        for k in members:
+            values[k] = t
+            if k == head:
+                labels[k] = f"OpenVINO {format_value(t, 'ms')} ({size})"
+                with_ = (f" with {', '.join(others[:4])}" + (" …" if len(others) > 4 else "")) if others else ""
+                details[k] = f"{format_value(t, 'ms')}: OpenVINO layer {layer.name} ({layer.layer_type}{kernel}), {size}{with_}"
+            else:
+                groups[k] = head
+                labels[k] = f"in {head}'s OpenVINO layer ({format_value(t, 'ms')})"
+                details[k] = f"{format_value(t, 'ms')} for the whole layer: in the OpenVINO layer of {head} ({layer.name})"
+    folded = len((in_consts - set(values) - consts) & set(order) if order else in_consts - set(values))
+    total = sum(t for k, t in values.items() if k not in groups)
+    held = sum(1 for k in values if k not in consts)
+    note = (f"{format_value(total, 'ms')} in {layers:,} OpenVINO layers holding {held:,} nodes "
+            "(CPU plugin, f32, 1 thread, mean of its profiled runs; a layer's time is drawn on every node it holds, "
+            "written on its first)")
+    if extra_n:
+        note += f"; {format_value(extra_ms, 'ms')} in {extra_n:,} layers OpenVINO added (reorders, converts: no node)"
+    if folded:
+        note += f"; {folded:,} node(s) folded into constants when compiling (not coloured)"
+    return Overlay("ov_time", "OpenVINO", tuple(values.items()), TIME_SCALE, D.TIME_FILLS, unit="ms", note=note,
+                   labels=tuple(labels.items()), groups=tuple(groups.items()), details=tuple(details.items()))
+
+
+def body_overlay(whole: Overlay, body_keys: Sequence[str], by_name: Mapping[str, float], note: str = "") -> Overlay:
+    """Rule 5: ``whole``'s kind on a body's nodes: ``by_name`` is node name -> value from the run
+    of the whole model (names that occur twice already left out); ``body_keys`` the body's node keys."""
+    values = tuple((k, float(by_name[k])) for k in body_keys if k in by_name)
+    missing = len(body_keys) - len(values)
+    return dataclasses.replace(whole, values=values, labels=(), groups=(), details=(), missing=missing,
+                               note=note)

@@ -18,7 +18,8 @@ Rules (the code points back to them):
    name), the node's part ("blocked here" or "matched") and the reason and hint.
 6. Totals across the pair (:func:`totals`): for the nodes that stand for the selection on the
    other side, the sum of each additive overlay (time, bytes written), so a fused node's time
-   reads against the time of the nodes it replaced. Error is not additive and is left out.
+   reads against the time of the nodes it replaced. Error is not additive and is left out; an
+   OpenVINO layer holding several of the nodes counts once (``overlays`` rule 4).
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ def node_panel(model: onnx.ModelProto, key: str, side: str, *, diff=None, near_m
 
 
 #: Rule 6: overlays whose values add up over nodes.
-ADDITIVE = ("time", "memory")
+ADDITIVE = ("time", "ov_time", "memory")
 
 
 def totals(keys: Sequence[str], overlays: Iterable) -> tuple[tuple[str, str, int], ...]:
@@ -234,7 +235,7 @@ def totals(keys: Sequence[str], overlays: Iterable) -> tuple[tuple[str, str, int
     for ov in overlays:
         if ov.kind not in ADDITIVE:
             continue
-        got = [v for v in (ov.value(k) for k in keys) if v is not None]
-        if got:
-            out.append((ov.title, format_value(float(sum(got)), ov.unit), len(got)))
+        total, n = ov.total(keys)
+        if n:
+            out.append((ov.title, format_value(total, ov.unit), n))
     return tuple(out)

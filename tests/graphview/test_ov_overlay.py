@@ -1,0 +1,100 @@
+"""OpenVINO per-layer times as a per-node overlay, and overlays inside control-flow bodies
+(graphview.overlays rules 4 and 5, graphview.panel rule 6)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from gv_helpers import conv_bn_relu
+
+from fusionviz.backends.base import ExecutedGraph, ExecutedLayer
+from fusionviz.graphview import RenderOptions, render_graph
+from fusionviz.graphview.dot import NODE_ID_PREFIX, TIME_FILLS, element_id
+from fusionviz.graphview.overlays import KINDS, body_overlay, openvino_time_overlay, time_overlay
+from fusionviz.graphview.panel import node_panel, totals
+
+
+def _graph() -> ExecutedGraph:
+    return ExecutedGraph("openvino", (
+        ExecutedLayer("x", "Parameter"),
+        ExecutedLayer("Multiply_9", "Const", absorbed=("Conv_12",)),
+        ExecutedLayer("x_reorder", "Reorder", time_ms=0.002),
+        ExecutedLayer("Multiply_3", "Convolution", absorbed=("Relu_14", "Conv_12", "BatchNormalization_13"),
+                      time_ms=0.5, kernel="brgconv_avx512_f32"),
+        ExecutedLayer("y", "Result"),
+    ), timed=True)
+
+
+def test_a_layers_time_goes_whole_to_its_group_first_node_carrying_it():
+    ov = openvino_time_overlay(_graph(), conv_bn_relu())
+    assert ov.kind == "ov_time" and "ov_time" in KINDS
+    # every node of the group is filled with the layer's time: not split, not multiplied
+    assert dict(ov.values) == {"Conv_12": 0.5, "BatchNormalization_13": 0.5, "Relu_14": 0.5}
+    # the first node in model order heads the group, whatever order the layer lists them in
+    assert dict(ov.groups) == {"BatchNormalization_13": "Conv_12", "Relu_14": "Conv_12"}
+    labels = dict(ov.labels)
+    assert labels["Conv_12"] == "OpenVINO 0.5 ms (layer of 3 nodes)"
+    assert labels["Relu_14"] == "in Conv_12's OpenVINO layer (0.5 ms)"
+    assert "Multiply_3 (Convolution, brgconv_avx512_f32)" in ov.text("Conv_12")
+    assert ov.text("Relu_14").startswith("0.5 ms for the whole layer")
+    # the reorder has no node: counted in the note; Conv_12's Const layer does not make it "folded"
+    assert "0.5 ms in 1 OpenVINO layers holding 3 nodes" in ov.note
+    assert "0.002 ms in 1 layers OpenVINO added" in ov.note and "folded" not in ov.note
+
+
+def test_sums_count_a_layer_once_however_many_of_its_nodes_are_selected():
+    ov = openvino_time_overlay(_graph(), conv_bn_relu())
+    assert ov.total(["Conv_12", "BatchNormalization_13", "Relu_14"]) == (0.5, 3)
+    assert ov.total(["Relu_14"]) == (0.5, 1)  # a member alone still stands for its layer
+    ort = time_overlay({"Conv_12": 0.2, "Relu_14": 0.1})
+    got = dict((t, (text, n)) for t, text, n in totals(["Conv_12", "BatchNormalization_13", "Relu_14"], [ov, ort]))
+    assert got == {"OpenVINO": ("0.5 ms", 3), "time": ("0.3 ms", 2)}
+
+
+def test_nodes_folded_into_constants_are_counted_not_coloured():
+    g = ExecutedGraph("openvino", (ExecutedLayer("c", "Const", absorbed=("BatchNormalization_13",)),
+                                   ExecutedLayer("conv", "Convolution", absorbed=("Conv_12", "Relu_14"), time_ms=1.0)),
+                      timed=True)
+    ov = openvino_time_overlay(g, conv_bn_relu())
+    assert ov.value("BatchNormalization_13") is None
+    assert "1 node(s) folded into constants" in ov.note
+
+
+def test_the_group_is_drawn_with_one_fill_and_says_so_on_each_node():
+    m = conv_bn_relu()
+    ov = openvino_time_overlay(_graph(), m)
+    dot = render_graph(m, options=RenderOptions(**ov.render_options())).dot
+    lines = {k: next(ln for ln in dot.splitlines() if f'id="{element_id(NODE_ID_PREFIX, k)}"' in ln)
+             for k in ("Conv_12", "BatchNormalization_13", "Relu_14")}
+    fills = {k: ln.split('fillcolor="', 1)[1].split('"', 1)[0] for k, ln in lines.items()}
+    assert len(set(fills.values())) == 1 and next(iter(fills.values())) in TIME_FILLS
+    assert "OpenVINO 0.5 ms (layer of 3 nodes)" in lines["Conv_12"]
+    assert "in Conv_12&#x27;s OpenVINO layer" in lines["Relu_14"] or "in Conv_12's OpenVINO layer" in lines["Relu_14"]
+
+
+def test_the_side_panel_writes_the_layer_not_a_bare_number():
+    m = conv_bn_relu()
+    ov = openvino_time_overlay(_graph(), m)
+    p = node_panel(m, "Relu_14", "before", overlays=[ov])
+    assert dict(p.measures)["OpenVINO"].startswith("0.5 ms for the whole layer: in the OpenVINO layer of Conv_12")
+
+
+def test_body_overlay_takes_values_by_name_and_counts_the_nodes_without():
+    whole = time_overlay({"If_0": 2.0}, note="main")
+    got = body_overlay(whole, ["a", "b", "c"], {"a": 0.1, "c": 0.3, "zz": 9.0}, note="in the body")
+    assert dict(got.values) == {"a": 0.1, "c": 0.3}
+    assert got.missing == 1 and got.kind == "time" and got.note == "in the body"
+    assert got.scale == whole.scale and got.fills == whole.fills
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="OpenVINO is not installed")
+def test_openvino_compiles_conv_bn_relu_into_one_timed_layer():
+    from fusionviz.graphview.compiled import compile_executed
+
+    m = conv_bn_relu()
+    graph, _ = compile_executed(m, "openvino", layer_times=True, runs=2)
+    ov = openvino_time_overlay(graph, m)
+    assert set(dict(ov.values)) == {"Conv_12", "BatchNormalization_13", "Relu_14"}
+    assert len({v for _, v in ov.values}) == 1 and ov.values[0][1] > 0  # one layer, one real time
+    assert dict(ov.groups) == {"BatchNormalization_13": "Conv_12", "Relu_14": "Conv_12"}
