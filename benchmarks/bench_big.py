@@ -54,12 +54,14 @@ Goals (GB = 2**30 bytes; B = the model's bytes on disk, external data included):
 * with ``--app`` (Playwright and Debian's chromium, as the browser tests): the app on a fresh
   server opens the model by its path (``FUSIONVIZ_OPEN_PATHS`` = its folder) and draws the Graph
   page: first graph ≤ 5 s after the model is loaded, server process tree ≤ 2·B + 1 GB (psutil
-  polling from Open until the page is idle).
+  polling from Open until the page is idle after the last toggle); then on the Passes page one pass
+  (``--toggle``, default ``fuse_attention`` on the transformer exports, none on the synthetic model)
+  is switched off and on again: back on, the result computed before is drawn ≤ 2 s after the click.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_big.py [--models gpt2,synthetic] [--json OUT.json]
-        [--make-only] [--max-rss-gb 16] [--timeout 1800] [--at COMMIT] [--app]
+        [--make-only] [--max-rss-gb 16] [--timeout 1800] [--at COMMIT] [--app [--toggle PASS]]
 
 ``--at COMMIT`` measures a clean copy of that commit (``git archive``, under the cache) instead of
 the working tree, which others may be changing while the benchmark runs. The header names the
@@ -111,7 +113,12 @@ COMMANDS = (
 COMMANDS_APP = (
     ("app_load", "app: open by path (server)"),
     ("app_graph", "app: first graph after load"),
+    ("app_toggle_off", "app: toggle a pass off (new result)"),
+    ("app_toggle_on", "app: toggle it back on (computed before)"),
 )
+#: The pass the app's toggle test switches off and on again: every transformer here has attention
+#: to fuse, and the fusion changes the drawn graph.
+TOGGLE_PASS = "fuse_attention"
 WRITES_MODEL = {"onnxslim", "fv_optimize", "onnxsim", "fv_optimize_nv", "onnxscript", "ort"}
 FUSIONVIZ = {"fv_info", "fv_optimize", "fv_optimize_nv", "fv_render"}
 
@@ -545,7 +552,11 @@ def judge_goals(rows: Sequence[dict], model_size: int, external: bool) -> dict[s
             for r in written)
     graph = ran("app_graph")
     goals["app first graph"] = None if graph is None else (graph["rc"] == 0 and graph["wall_s"] <= APP_GRAPH_MAX_S)
-    goals["app memory"] = None if graph is None else (graph["rc"] == 0 and graph["peak_rss"] <= limits["fv_optimize"])
+    again = ran("app_toggle_on")
+    goals["app toggle again"] = None if again is None else (again["rc"] == 0 and again["wall_s"] <= APP_TOGGLE_MAX_S)
+    app_rows = [r for r in (graph, ran("app_toggle_off"), again) if r is not None]
+    goals["app memory"] = None if graph is None else all(
+        r["rc"] == 0 and r["peak_rss"] <= limits["fv_optimize"] for r in app_rows)
     return goals
 
 
@@ -608,6 +619,7 @@ def _parse_models(text: str) -> list[str]:
 
 
 APP_GRAPH_MAX_S = 5.0
+APP_TOGGLE_MAX_S = 2.0
 APP_PATH_LABEL = "Path of an .onnx file, a .zip or a model folder on the server"
 
 
@@ -625,18 +637,52 @@ def app_available() -> str | None:
     return None
 
 
-def measure_app(name: str, path: Path, *, timeout_s: float) -> list[dict]:
+def toggle_for(name: str, given: str | None) -> str | None:
+    """The pass the toggle test switches on ``name`` (``given``: --toggle; '' means none)."""
+    if given is not None:
+        return given.strip() or None
+    return TOGGLE_PASS if name in TORCH_MODELS else None
+
+
+def _wait_graph_change(page, drawn: list[str], timeout_s: float, since: float | None = None) -> float:
+    """Seconds from ``since`` (default: now) until the page draws graph nodes other than ``drawn``
+    (at least two); polled every 50 ms."""
+    from test_browser import graph_nodes
+
+    t0 = time.perf_counter() if since is None else since
+    while True:
+        nodes = graph_nodes(page)
+        if len(nodes) >= 2 and nodes != drawn:
+            return time.perf_counter() - t0
+        if time.perf_counter() - t0 > timeout_s:
+            raise TimeoutError(f"the drawn graph did not change within {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
+def measure_app(name: str, path: Path, *, timeout_s: float, toggle: str | None = TOGGLE_PASS) -> list[dict]:
     """The app on a fresh server, in Chromium: open ``path`` by its path on the Model page, then the
-    Graph page. Two rows: ``app_load`` (Open to the model's summary, server tree RSS then) and
-    ``app_graph`` (the Graph page's click to its first drawn nodes, the server tree's peak RSS from
-    Open until the page is idle). Prefetch is off (a toggle away is not what is timed)."""
+    Graph page, then the Passes page, where ``toggle`` is switched off and on again. Rows:
+    ``app_load`` (Open to the model's summary, server tree RSS then), ``app_graph`` (the Graph
+    page's click to its first drawn nodes, the server tree's peak RSS from Open until the page is
+    idle), ``app_toggle_off`` (the toggle's click until the drawn graph changed: a selection not
+    computed before) and ``app_toggle_on`` (the same, back to the selection computed before); each
+    toggle waits for the page to be idle before the next step, and its peak RSS is the tree's peak
+    from Open until then. Prefetch is off: the first toggle is computed when it is clicked."""
     import threading
 
     import psutil
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-    from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, start_server, stop_server, wait_idle
+    from conftest import (
+        CHROMIUM,
+        CHROMIUM_ARGS,
+        free_port,
+        nav,
+        start_server,
+        stop_server,
+        wait_idle,
+    )
     from test_browser import graph_nodes
 
     port = free_port()
@@ -691,11 +737,28 @@ def measure_app(name: str, path: Path, *, timeout_s: float) -> list[dict]:
             time.sleep(0.1)
         first = time.perf_counter() - t1
         wait_idle(page, timeout_s)
-        stop.set()
         rows.append({**base, "tool": "app_graph", "rc": 0, "wall_s": round(first, 2), "peak_rss": peak[0]})
+        if toggle:
+            from fusionviz.passes import get_pass
+
+            title = get_pass(toggle).title
+            nav(page, "Passes")
+            _wait_graph_change(page, [], timeout_s)
+            wait_idle(page, timeout_s)
+            for tool in ("app_toggle_off", "app_toggle_on"):
+                drawn = graph_nodes(page)
+                t2 = time.perf_counter()
+                page.get_by_text(title, exact=True).click()
+                changed = _wait_graph_change(page, drawn, timeout_s, since=t2)
+                wait_idle(page, timeout_s)
+                rows.append({**base, "tool": tool, "rc": 0, "wall_s": round(changed, 2), "peak_rss": peak[0],
+                             "idle_s": round(time.perf_counter() - t2, 2), "pass": toggle})
+        stop.set()
     except Exception as exc:  # noqa: BLE001 - a row that says what failed
         stop.set()
-        rows.append({**base, "tool": "app_graph" if rows else "app_load", "rc": 1, "wall_s": 0.0,
+        done = {r["tool"] for r in rows}
+        tool = next((t for t, _ in COMMANDS_APP if t not in done), "app_toggle_on")
+        rows.append({**base, "tool": tool, "rc": 1, "wall_s": 0.0,
                      "peak_rss": peak[0], "err": (str(exc).splitlines() or [type(exc).__name__])[0][:200]})
     finally:
         stop.set()
@@ -706,7 +769,7 @@ def measure_app(name: str, path: Path, *, timeout_s: float) -> list[dict]:
 
 
 def bench_model(name: str, path: Path, *, max_rss: int, timeout_s: float, log: Callable[[str], None],
-                app: bool = False, tools: Sequence[str] | None = None) -> dict:
+                app: bool = False, tools: Sequence[str] | None = None, toggle: str | None = TOGGLE_PASS) -> dict:
     """Every command on one model, in the interleaved order; returns its rows and goals."""
     size = model_bytes(path)
     external = name in EXTERNAL
@@ -742,11 +805,12 @@ def bench_model(name: str, path: Path, *, max_rss: int, timeout_s: float, log: C
             f"{m.peak_rss / GB:.2f} GB" + (f"  {m.err}" if m.rc != 0 and m.err else "")
             + (f"  [{row.get('why')}]" if row.get("why") else ""))
     if app:
-        for row in measure_app(name, path, timeout_s=min(timeout_s, 600)):
+        for row in measure_app(name, path, timeout_s=min(timeout_s, 600), toggle=toggle):
             row["nodes_before"] = before
             rows.append(row)
             log(f"  {dict(COMMANDS_APP)[row['tool']]}: {'ok' if row['rc'] == 0 else row['err']}  "
-                f"{row['wall_s']:.1f} s  {row['peak_rss'] / GB:.2f} GB")
+                f"{row['wall_s']:.1f} s  {row['peak_rss'] / GB:.2f} GB"
+                + (f"  ({row['pass']}; page idle after {row['idle_s']:.1f} s)" if "idle_s" in row else ""))
     return {"bytes": size, "external": external, "nodes": before, "rows": rows,
             "goals": judge_goals(rows, size, external)}
 
@@ -764,6 +828,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     + ", ".join(t for t, _ in COMMANDS) + "; an empty value runs none (with --app: the app only)")
     ap.add_argument("--app", action="store_true",
                     help="also open each model by path in the app (Chromium): load time, first graph, server RSS")
+    ap.add_argument("--toggle", metavar="PASS", default=None,
+                    help=f"with --app: the pass switched off and on again on the Passes page (default {TOGGLE_PASS} "
+                         "on the transformer exports, none on the synthetic model; an empty value: no toggle)")
     ap.add_argument("--check", nargs=2, metavar=("ORIGINAL", "WRITTEN"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.check:
@@ -804,7 +871,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, p in paths.items():
         print(f"{name}: {model_bytes(p) / GB:.2f} GB, {nodes_of(p):,} nodes", flush=True)
         results[name] = bench_model(name, p, max_rss=int(args.max_rss_gb * GB), timeout_s=args.timeout,
-                                    log=lambda s: print(s, flush=True), app=app, tools=tools)
+                                    log=lambda s: print(s, flush=True), app=app, tools=tools,
+                                    toggle=toggle_for(name, args.toggle))
         if args.json:  # after each model: a run cut short keeps what it measured
             Path(args.json).write_text(json.dumps({"commit": commit, "models": results}, indent=1))
     rows = [r for v in results.values() for r in v["rows"]]
