@@ -555,8 +555,8 @@ def judge_goals(rows: Sequence[dict], model_size: int, external: bool) -> dict[s
     again = ran("app_toggle_on")
     goals["app toggle again"] = None if again is None else (again["rc"] == 0 and again["wall_s"] <= APP_TOGGLE_MAX_S)
     app_rows = [r for r in (graph, ran("app_toggle_off"), again) if r is not None]
-    goals["app memory"] = None if graph is None else all(
-        r["rc"] == 0 and r["peak_rss"] <= limits["fv_optimize"] for r in app_rows)
+    goals["app memory"] = None if graph is None else (
+        graph["rc"] == 0 and all(r["peak_rss"] <= limits["fv_optimize"] for r in app_rows))
     return goals
 
 

@@ -32,7 +32,9 @@ def _good_rows(size):
             _row("fv_optimize_nv", wall=10.0, rss=1.2 * size, nodes_after=8, **ok),
             _row("fv_render", wall=4.0, rss=0.4 * size),
             _row("app_load", wall=3.0, rss=0.5 * size),
-            _row("app_graph", wall=4.0, rss=1.8 * size)]
+            _row("app_graph", wall=4.0, rss=1.8 * size),
+            _row("app_toggle_off", wall=3.0, rss=2.0 * size),
+            _row("app_toggle_on", wall=1.0, rss=2.0 * size)]
 
 
 def test_goal_limits_follow_the_issue_formulas():
@@ -61,6 +63,9 @@ def test_all_goals_met():
     (("fv_optimize", "valid", None), "output valid+equal+reopens"),
     (("app_graph", "wall_s", 5.5), "app first graph"),
     (("app_graph", "peak_rss", 3.5 * GB), "app memory"),
+    (("app_toggle_on", "wall_s", 2.5), "app toggle again"),
+    (("app_toggle_off", "peak_rss", 3.5 * GB), "app memory"),
+    (("app_toggle_on", "rc", 1), "app toggle again"),
 ])
 def test_each_goal_can_fail(change, goal):
     rows = _good_rows(GB)
@@ -89,6 +94,9 @@ def test_goals_not_measurable_are_none():
     assert set(goals.values()) == {None}
     goals = bb.judge_goals([r for r in _good_rows(GB) if not r["tool"].startswith("app_")], GB, external=True)
     assert goals["app first graph"] is None and goals["app memory"] is None  # --app not asked for
+    assert goals["app toggle again"] is None
+    goals = bb.judge_goals([r for r in _good_rows(GB) if not r["tool"].startswith("app_toggle")], GB, external=True)
+    assert goals["app toggle again"] is None and goals["app first graph"] is True  # no toggle test
     rows = _good_rows(GB)
     next(r for r in rows if r["tool"] == "app_graph")["rc"] = 1  # the browser run failed
     goals = bb.judge_goals(rows, GB, external=True)
