@@ -52,6 +52,9 @@ class NodeTimes:
         runs: profiled runs the medians are over (warm-up excluded).
         threads: intra-op threads.
         output_bytes: node key -> bytes its kernel wrote (the profile's ``output_size``).
+        inner_ms: node name -> median kernel time of the nodes inside If/Loop/Scan bodies (the
+            profile names them too; a Loop body's node: one iteration), for the body overlays.
+        inner_bytes: node name -> bytes written, for the same nodes.
         total_ms: the sum of the node medians.
     """
 
@@ -59,6 +62,8 @@ class NodeTimes:
     runs: int
     threads: int
     output_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
+    inner_ms: dict[str, float] = dataclasses.field(default_factory=dict)
+    inner_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def total_ms(self) -> float:
@@ -167,7 +172,9 @@ def node_times(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], *, runs:
 
     keys = set(node_keys(model.graph.node))
     return NodeTimes({k: v for k, v in times.items() if k in keys}, runs, threads,
-                     {k: v for k, v in written.items() if k in keys})
+                     {k: v for k, v in written.items() if k in keys},
+                     {k: v for k, v in times.items() if k not in keys},
+                     {k: v for k, v in written.items() if k not in keys})
 
 
 def _child(data: bytes, feeds: dict, runs: int, threads: int,

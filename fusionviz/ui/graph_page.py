@@ -683,7 +683,8 @@ def body() -> None:
     _search_selects(text, hits)
     overlay = nearmiss_view.overlay(result, near) if opened is None else ()
     errs = error_view.current(loaded, key, before, after, in_body=opened is not None)
-    ovl, ovl_why = overlay_view.compute(loaded, key, before, after, in_body=opened is not None, errs=errs)
+    ovl, ovl_why = overlay_view.compute(loaded, key, before, after, in_body=opened is not None, errs=errs,
+                                        whole=whole, body=getattr(opened, "path", None))
 
     shown = {"selected": selection(links)[0] is not None, "match": any(hits.values()), "near_miss": bool(overlay)}
     _header(caption, getattr(diff, "counts", None), shown)
