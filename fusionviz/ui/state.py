@@ -254,7 +254,7 @@ def decode_opt(name: str, values: list[str]) -> Any:
     """Rule 3: the inverse of :func:`encode_opt`, typed by the option's default where known."""
     default = _DEFAULT_GRAPH_OPTS.get(name)
     last = values[-1] if values else ""
-    if name == "expanded":
+    if name in ("expanded", "sel"):  # lists: the open blocks, several selected nodes (selection_view)
         return [v for v in values if v]
     if isinstance(default, bool) or last in ("on", "off"):
         return last == "on"
