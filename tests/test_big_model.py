@@ -111,6 +111,65 @@ def test_no_snapshot_copies_an_unchanged_initializer(tmp_path):
     assert v.ok, v.summary()
 
 
+def _fold_on_disk(folder: Path) -> tuple[model_io.LoadedModel, np.ndarray]:
+    """y = x · Wᵀ + x · V with W and V (1 MiB each) on disk: folding Transpose(W) makes a new 1 MiB
+    weight, V stays as it is."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w, v = (rng.standard_normal((512, 512), dtype=np.float32) * np.float32(0.05) for _ in range(2))
+    g = helper.make_graph([helper.make_node("Transpose", ["W"], ["Wt"]), helper.make_node("MatMul", ["x", "Wt"], ["a"]),
+                           helper.make_node("MatMul", ["x", "V"], ["b"]), helper.make_node("Add", ["a", "b"], ["y"])],
+                          "fold", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 512])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 512])],
+                          [numpy_helper.from_array(w, "W"), numpy_helper.from_array(v, "V")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    folder.mkdir(parents=True)
+    onnx.save_model(m, str(folder / "f.onnx"), save_as_external_data=True, location="f.data")
+    x = rng.standard_normal((1, 4, 512), dtype=np.float32)
+    return model_io.load_path(folder / "f.onnx", limits=ON_DISK), x
+
+
+def test_new_weights_the_passes_make_go_to_disk_within_a_command(tmp_path, monkeypatch):
+    import tempfile
+
+    from fusionviz.passes.pipeline import new_weights_on_disk
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # the new weights' folder goes here
+    (tmp_path / "tmp").mkdir()
+    loaded, x = _fold_on_disk(tmp_path / "m")
+    want = verify.run_model(verify.make_session(loaded.proto), {"x": x})["y"]
+    in_memory = run_pipeline(loaded.proto, ["fold_constants"], keep_snapshots=False).final  # outside: as before
+    wt = next(t for t in in_memory.graph.initializer if t.name == "Wt")
+    assert wt.data_location != onnx.TensorProto.EXTERNAL and len(wt.raw_data) == 1 << 20
+    with new_weights_on_disk():
+        result = run_pipeline(loaded.proto, ["fold_constants"], keep_snapshots=True)
+        final = result.final
+        assert result.reports[0].status == "applied"
+        assert model_io.weights_dir(result.original) == str(tmp_path / "m")  # the original is left as it was
+        assert model_io.weights_dir(final) == str(tmp_path)  # the folder holding the model's and the new one
+        assert final.ByteSize() < 4096  # the new 1 MiB weight is not in the proto
+        inits = {t.name: model_io._external_place(t) for t in final.graph.initializer}
+        location, offset, length = inits["Wt"]
+        assert location.startswith("tmp/fusionviz_weights_") and length == 1 << 20 and offset % 4096 == 0
+        assert inits["V"][0] == "m/f.data"  # the model's own weight, read where it was
+        assert inits["V"][1:] == model_io._external_place(next(t for t in loaded.proto.graph.initializer
+                                                               if t.name == "V"))[1:]
+        new_folder = tmp_path / Path(location).parent
+        got = verify.run_model(verify.make_session(final), {"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert verify.verify(result.original, final, feeds={"x": x}, isolated=True).ok
+        again = run_pipeline(final, ["eliminate_dead_code"], keep_snapshots=False)  # a result is a model to run on
+        assert again.reports[0].error is None
+        out, data = model_io.save_model_files(final, tmp_path / "out" / "r.onnx")
+        assert data is not None
+    assert not new_folder.exists()  # removed when the block ends; the saved model keeps its weights
+    reopened = model_io.load_path(out).proto
+    np.testing.assert_allclose(verify.run_model(verify.make_session(reopened), {"x": x})["y"], want,
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_a_model_over_one_protobuf_message_goes_to_onnxruntime_as_a_saved_copy(tmp_path, monkeypatch):
     # stands for a result whose passes made over 2 GB of new tensors in memory
     from fusionviz.inputs import plan_inputs

@@ -52,6 +52,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from fusionviz.passes.pipeline import new_weights_on_disk
+
+    with new_weights_on_disk():  # a big model's new weights to disk (model_io rule 10) until the command ends
+        return _optimize(args)
+
+
+def _optimize(args) -> int:
     from fusionviz import report as R
     from fusionviz import verify  # heavy imports only when the command runs
     from fusionviz.passes import registry, run_pipeline

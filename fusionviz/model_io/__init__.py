@@ -40,6 +40,11 @@ reported as such.
    ``fusionviz.weights_dir`` entry is removed on load: only fusionviz sets it, after rule 3. A
    zip's extracted files stay until the process ends when its weights stay on disk. Smaller
    models are read into memory as before.
+10. New weights on disk (:mod:`fusionviz.model_io.spill`): within a command that asks for it
+   (``optimize``), the large tensors the passes make for a model whose weights stay on disk
+   are written to a data file of the process's own and memory-mapped; the model's weights
+   folder becomes the deepest folder holding that file and the model's own, its locations the
+   paths below it. Nothing of the model's weights is copied; the file goes when the command ends.
 
 A content hash identifies a model for caching: sha256 over the deterministic serialization
 (external data inlined), or, with weights on disk, over the graph with the tensors' places

@@ -14,11 +14,17 @@ model leaves the pipeline. It is checked on the final model of a run; only when 
 the run repeated with the rule checked after every pass that changed something, and a pass
 whose result breaks it is rolled back and reported as *declined* with the reason, while the
 other passes go on. So a run of valid passes pays for one check, not one per pass.
+
+Within :func:`new_weights_on_disk` (the CLI's ``optimize``), a run on a model whose weights stay
+on disk writes the large tensors each pass makes to a data file of the process's own
+(``fusionviz.model_io`` rule 10), so a fused attention's packed weights are memory-mapped, not
+held beside the model's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import time
@@ -36,6 +42,27 @@ from fusionviz.passes.provenance import ensure_unique_names
 from fusionviz.passes.walk import all_nodes, count_nodes
 
 logger = logging.getLogger(__name__)
+
+#: Within :func:`new_weights_on_disk`: the folders its runs wrote new weights into.
+_NEW_WEIGHTS_ON_DISK: contextvars.ContextVar[list | None] = contextvars.ContextVar("new_weights_on_disk",
+                                                                                  default=None)
+
+
+@contextlib.contextmanager
+def new_weights_on_disk():
+    """Within: runs on a model whose weights stay on disk write the large tensors the passes make
+    to disk (``fusionviz.model_io`` rule 10); the files are removed when the block ends, so the
+    models made within are used within (the CLI's ``optimize`` saves its result there)."""
+    import shutil
+
+    folders: list = []
+    token = _NEW_WEIGHTS_ON_DISK.set(folders)
+    try:
+        yield
+    finally:
+        _NEW_WEIGHTS_ON_DISK.reset(token)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,6 +390,11 @@ def _run(model: onnx.ModelProto, passes: Sequence, *, shapes, freeze, progress, 
         original.CopyFrom(model)
     snapshots = [Snapshot("original", original, count_nodes(work))]
     base = validity.Baseline(original) if validate else None
+    new_weights = None
+    if _NEW_WEIGHTS_ON_DISK.get() is not None:
+        from fusionviz.model_io.spill import NewWeights
+
+        new_weights = NewWeights.for_model(original, _NEW_WEIGHTS_ON_DISK.get())
     reports: list[PassReport] = []
     shapes_fresh = False  # shape inference is re-run only when a pass left values without it
     inferred: dict[int, ir.Value] = {}  # the values the last shape inference saw (held: ids stay unique)
@@ -413,6 +445,8 @@ def _run(model: onnx.ModelProto, passes: Sequence, *, shapes, freeze, progress, 
             logger.info("pass %s declined: %s", p.name, declined)
             work = _restored(p, work, snapshots[-1].model)
             changes = []
+        if changes and new_weights is not None:
+            new_weights.take(work)  # the large tensors it made: to disk, memory-mapped
         proto = None
         if changes and careful:
             proto = to_proto(work)
