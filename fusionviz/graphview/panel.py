@@ -20,6 +20,9 @@ Rules (the code points back to them):
    other side, the sum of each additive overlay (time, bytes written), so a fused node's time
    reads against the time of the nodes it replaced. Error is not additive and is left out; an
    OpenVINO layer holding several of the nodes counts once (``overlays`` rule 4).
+7. Several nodes selected (:func:`selection_table`): one row each (side, op, name, change class,
+   each computed overlay's value), and per side the totals of the additive overlays (time,
+   bytes written; rule 6), so a selected subgraph reads as one number against another.
 """
 
 from __future__ import annotations
@@ -239,3 +242,73 @@ def totals(keys: Sequence[str], overlays: Iterable) -> tuple[tuple[str, str, int
         if n:
             out.append((ov.title, format_value(total, ov.unit), n))
     return tuple(out)
+
+
+# ------------------------------------------------------------------ several nodes (rule 7)
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionRow:
+    """One selected node in the table of a selection of several (rule 7)."""
+
+    side: str
+    key: str
+    op: str
+    status: str
+    values: tuple[str, ...]  # one per column; "" where the overlay has no value at the node
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionTable:
+    """Rule 7: the selected nodes as one compact table.
+
+    Attributes:
+        columns: the overlays' titles, one column each (kinds in ``overlays.KINDS`` order).
+        rows: the selected nodes, in the order they were selected.
+        totals: side -> (title, sum as text, how many have a value) of each additive overlay.
+        counts: side -> how many of the selected nodes are on it.
+    """
+
+    columns: tuple[str, ...]
+    rows: tuple[SelectionRow, ...]
+    totals: dict[str, tuple[tuple[str, str, int], ...]]
+    counts: dict[str, int]
+
+
+def selection_table(items: Sequence[tuple[str, str]], op_of, diff=None,
+                    overlays: Mapping[str, Mapping[str, object]] | None = None) -> SelectionTable:
+    """Rule 7: the table of a selection of several nodes.
+
+    Args:
+        items: (side, node key) of each selected node.
+        op_of: (side, key) -> op type (``Links.op``).
+        diff: the pair's ``GraphDiff`` (the change class), or None.
+        overlays: kind -> side -> ``overlays.Overlay`` computed for the pair.
+    """
+    from fusionviz.graphview.overlays import KINDS
+
+    overlays = overlays or {}
+    kinds = [k for k in KINDS if k in overlays]
+    columns = tuple(next(iter(overlays[k].values())).title for k in kinds if overlays[k])
+    kinds = [k for k in kinds if overlays[k]]
+    rows = []
+    for side, key in items:
+        status = ""
+        if diff is not None:
+            status = (diff.status_after if side == "after" else diff.status_before).get(key, "")
+        vals = []
+        for k in kinds:
+            ov = overlays[k].get(side)
+            text = ov.text(key) if ov is not None else None
+            if text and k == "ov_time":  # the layer's sentence is for the card; the table keeps the number
+                text = text.split(":", 1)[0].split(" for the whole layer", 1)[0]
+            vals.append(text or "")
+        rows.append(SelectionRow(side, key, op_of(side, key), status, tuple(vals)))
+    sums, counts = {}, {}
+    for side in ("before", "after"):
+        keys = [k for s, k in items if s == side]
+        if not keys:
+            continue
+        counts[side] = len(keys)
+        sums[side] = totals(keys, [overlays[k][side] for k in kinds if side in overlays[k]])
+    return SelectionTable(columns, tuple(rows), sums, counts)

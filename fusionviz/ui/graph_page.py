@@ -56,6 +56,7 @@ from fusionviz.ui import (
     nearmiss_view,
     overlay_view,
     panel_view,
+    selection_view,
     state,
 )
 
@@ -214,6 +215,7 @@ def _select(name: str | None, side: str | None) -> None:
     st.session_state[state.SELECTED] = name
     st.session_state[SEL_SIDE] = (name, side) if name else None
     st.session_state[REVEAL] = f"sel:{side}:{name}:{id(object())}"
+    selection_view.clear()  # one node again (selection_view rule 1)
 
 
 def selection(links: Links) -> tuple[str | None, str | None]:
@@ -316,6 +318,8 @@ def _take_clicks(links: Links) -> None:
         seen[side] = click.token
         if click.kind == "scope":
             common.toggle_scope(click.key)
+        elif links.has(side, click.key) and value.get("add"):  # shift/ctrl-click: several nodes
+            selection_view.toggle(side, click.key, selection(links), _select)
         elif links.has(side, click.key):
             _select(click.key, side)
 
@@ -472,7 +476,8 @@ def _wants_whole(side: str, dot: str) -> bool:
 
 
 def _draw_pane(side: str, rendered: Rendered, *, height: int, selected_id: str | None,
-               linked_ids: list[str], match_ids: list[str], changed_ids: list[str], pending: list[str]) -> None:
+               linked_ids: list[str], match_ids: list[str], changed_ids: list[str], pending: list[str],
+               selected_ids: Sequence[str] = ()) -> None:
     """One pane: the pan/zoom viewer with its marks, or the browser's own renderer without SVG.
 
     A big drawing not laid out yet shows its first screen at once (rule 8) and goes on ``pending``.
@@ -488,7 +493,7 @@ def _draw_pane(side: str, rendered: Rendered, *, height: int, selected_id: str |
     label = f"{side.capitalize()} · {rendered.drawn:,} of {rendered.total:,} nodes drawn"
     token = st.session_state.get(REVEAL)
     view = {"pane": side, "reveal": token, "centre": str(token or "").startswith("search:"),
-            "changed_ids": changed_ids, "sync": "graph", "search_key": "graph_search"}
+            "changed_ids": changed_ids, "sync": "graph", "search_key": "graph_search", "selected_ids": selected_ids}
     if rendered.auto_collapsed:
         label += " · collapsed automatically"
     try:
@@ -677,6 +682,7 @@ def body() -> None:
     if opened is not None and opened.missing:
         diff = None  # one side has no such body: nothing to colour (body_view rule 3)
     _take_clicks(links)
+    selection_view.restore(links, selection(links), _select)
     collapse_on = bool((st.session_state.get(state.GRAPH_OPTS) or {}).get("collapse", True))
     text = (st.session_state.get("graph_search") or "").strip()
     hits = {side: matches(links, side, text) for side in SIDES} if text else {}
@@ -724,6 +730,7 @@ def body() -> None:
     sel, sel_side = selection(links)
     cp = links.counterpart(sel_side, sel) if sel and sel_side else None
     marks = _marks(rendered, cp, hits, diff)
+    selection_view.add_marks(marks, rendered, links, selection_view.items(selection(links)), _ids)
 
     with above:
         _prepare_layouts(rendered)

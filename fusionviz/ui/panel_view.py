@@ -15,6 +15,10 @@ Rules (the code points back to them):
    click away.
 4. Everything is built outside the page (graphview); here it is only laid out, as compact HTML
    with every text escaped.
+5. Several nodes selected (``selection_view``): one compact table of them (side, op, name,
+   change class, each computed overlay's value; ``graphview.panel`` rule 7) with the totals of
+   time and bytes written per side, then the nodes that stand for them in the other pane with
+   their totals, and the card of the first one selected below.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ _CSS = """
 .fv-card .fv-meas { display: inline-block; background: #f3f4f6; border-radius: 4px; padding: 0 0.4em; margin: 0 0.3em 0.2em 0; }
 .fv-card .fv-nm { border-left: 3px solid #db2777; padding-left: 0.4em; margin: 0.2em 0; }
 .fv-card .fv-muted { color: #6b7280; }
+.fv-card table.fv-sel th { text-align: left; font-weight: 600; color: #374151; padding: 1px 4px 1px 0; }
 </style>
 """
 
@@ -162,6 +167,21 @@ def draw(height: int, models: dict[str, onnx.ModelProto], pair_key: tuple, diff:
     st.markdown(_CSS, unsafe_allow_html=True)
     box = st.container(height=height, border=True, key="graph_panel")
     name, side = selection
+    from fusionviz.ui import selection_view
+
+    chosen = selection_view.items(selection)
+    if len(chosen) >= 2:
+        with box:
+            _several(chosen, diff, links, overlays)
+            st.divider()
+            st.markdown(f"**First selected** · {side}")
+            try:
+                o = tuple(by_side[side] for by_side in overlays.values() if side in by_side)
+                st.markdown(card_html(_panel((*pair_key, side, tuple(ov.kind for ov in o)), name, side,
+                                             models[side], diff, near_misses, o)), unsafe_allow_html=True)
+            except errors.FusionvizError as exc:
+                st.error(str(exc))
+        return
     with box:
         cp = counterpart_of(links, name, side, "**Node details.** Click a node in either pane (or search one) to "
                             "see it here on both sides: attributes, inputs and outputs with shapes, weights, "
@@ -205,3 +225,43 @@ def draw(height: int, models: dict[str, onnx.ModelProto], pair_key: tuple, diff:
                     st.error(str(exc))
         if n > MAX_OTHERS:
             st.caption(f"... and {n - MAX_OTHERS} more.")
+
+
+def table_html(table: Any) -> str:
+    """Rule 5: the selected nodes as one table (``table``: a ``graphview.panel.SelectionTable``)."""
+    from fusionviz.graphview.dot import STATUS_STYLE, STATUS_TITLE
+
+    head = "".join(f"<th>{_e(c)}</th>" for c in ("", "op", "name", "change", *table.columns))
+    rows = []
+    for r in table.rows:
+        fill, border, _ = STATUS_STYLE.get(r.status, ("#fff", "#d1d5db", ""))
+        change = (f"<span class='fv-badge' style='background:{fill};border-color:{border};margin:0'>"
+                  f"{_e(STATUS_TITLE.get(r.status, r.status))}</span>") if r.status else ""
+        vals = "".join(f"<td>{_e(v)}</td>" for v in r.values)
+        rows.append(f"<tr><td class='k'>{_e(r.side[0].upper())}</td><td><b>{_e(r.op)}</b></td>"
+                    f"<td class='fv-name'>{_e(r.key)}</td><td>{change}</td>{vals}</tr>")
+    out = [f"<div class='fv-card'><table class='fv-sel'><tr>{head}</tr>{''.join(rows)}</table>"]
+    for side, n in table.counts.items():
+        sums = " · ".join(f"{_e(t)} <b>{_e(v)}</b>" + (f" ({k} of {n})" if k != n else "")
+                          for t, v, k in table.totals.get(side, ()))
+        out.append(f"<div style='margin-top:0.3em'><b>{_e(side.capitalize())}</b>: {n} selected"
+                   + (f" · in total: {sums}" if sums else "") + "</div>")
+    out.append("<div class='fv-muted' style='margin:0.2em 0 0.6em 0'>A: after pane · B: before pane</div></div>")
+    return "".join(out)
+
+
+def _several(chosen: Sequence[tuple[str, str]], diff: Any, links: Any, overlays: dict[str, dict]) -> None:
+    """Rule 5: the table of the selection, then its counterparts with their totals."""
+    from fusionviz.graphview.panel import selection_table, totals
+    from fusionviz.ui import selection_view
+
+    st.markdown(f"**{len(chosen)} nodes selected** · shift-click adds or removes one, a plain click selects one")
+    st.markdown(table_html(selection_table(chosen, links.op, diff, overlays)), unsafe_allow_html=True)
+    for other, keys in selection_view.counterparts(links, chosen).items():
+        ovs = [by_side[other] for by_side in overlays.values() if other in by_side]
+        sums = " · ".join(f"{t} {v}" + (f" ({k} of them)" if k != len(keys) else "")
+                          for t, v, k in totals(keys, ovs))
+        st.markdown(f"**Counterparts in the {other} pane**: {len(keys)} node{'s' if len(keys) != 1 else ''} "
+                    "(dashed)" + (f" · in total: {sums}" if sums else ""))
+        ops = ", ".join(f"{links.op(other, k)} {k}" for k in keys[:MAX_OTHERS])
+        st.caption(ops + (f" … and {len(keys) - MAX_OTHERS} more" if len(keys) > MAX_OTHERS else ""))

@@ -98,3 +98,29 @@ def test_openvino_compiles_conv_bn_relu_into_one_timed_layer():
     assert set(dict(ov.values)) == {"Conv_12", "BatchNormalization_13", "Relu_14"}
     assert len({v for _, v in ov.values}) == 1 and ov.values[0][1] > 0  # one layer, one real time
     assert dict(ov.groups) == {"BatchNormalization_13": "Conv_12", "Relu_14": "Conv_12"}
+
+
+def test_a_selection_of_several_is_one_table_with_totals_per_side():
+    from gv_helpers import fused_after
+
+    from fusionviz.graphview import diff_models
+    from fusionviz.graphview.panel import selection_table
+
+    before = conv_bn_relu()
+    after = fused_after(before)
+    diff = diff_models(before, after)
+    ops = {("before", "Conv_12"): "Conv", ("before", "Relu_14"): "Relu", ("after", "FusedConv_fv1"): "FusedConv"}
+    overlays = {"time": {"before": time_overlay({"Conv_12": 0.2, "Relu_14": 0.05}),
+                         "after": time_overlay({"FusedConv_fv1": 0.21})},
+                "ov_time": {"before": openvino_time_overlay(_graph(), before)}}
+    items = [("before", "Conv_12"), ("before", "Relu_14"), ("after", "FusedConv_fv1")]
+    t = selection_table(items, lambda s, k: ops[(s, k)], diff, overlays)
+    assert t.columns == ("time", "OpenVINO")
+    assert [(r.side, r.op, r.status) for r in t.rows] == [("before", "Conv", "removed"), ("before", "Relu", "removed"),
+                                                          ("after", "FusedConv", "fused")]
+    assert t.rows[0].values == ("0.2 ms", "0.5 ms") and t.rows[1].values == ("0.05 ms", "0.5 ms")
+    assert t.rows[2].values == ("0.21 ms", "")  # no OpenVINO overlay on the after side
+    assert t.counts == {"before": 2, "after": 1}
+    # time adds up; the OpenVINO layer both before nodes are in counts once
+    assert dict((title, text) for title, text, _ in t.totals["before"]) == {"time": "0.25 ms", "OpenVINO": "0.5 ms"}
+    assert t.totals["after"] == (("time", "0.21 ms", 1),)

@@ -76,7 +76,7 @@ def graph_pane(svg: str | None, *, key: str, height: int = 700, selected_id: str
                linked_ids: Sequence[str] = (), match_ids: Sequence[str] = (), pane: str = "",
                pane_label: str = "", reveal: str | None = None, packed: str | None = None,
                centre: bool = False, changed_ids: Sequence[str] = (), sync: str = "",
-               search_key: str = "") -> Click | None:
+               search_key: str = "", selected_ids: Sequence[str] = ()) -> Click | None:
     """Show ``svg`` with marks; return the last click (None before the first).
 
     Args:
@@ -99,11 +99,14 @@ def graph_pane(svg: str | None, *, key: str, height: int = 700, selected_id: str
         sync: a group name; viewers of one page with the same group zoom and pan together (they
             match nodes by element id) until the person unlinks them. "" moves alone.
         search_key: the widget key of the page's search box, which "/" focuses.
+        selected_ids: more selected element ids (several nodes selected: outlined as the
+            selection). A shift-, ctrl- or cmd-click reports ``add: true`` in the value.
     """
     value = _component(svg=None if packed else svg, svgz=packed, height=int(height), selected_id=selected_id,
                        linked_ids=list(linked_ids), match_ids=list(match_ids), pane=pane,
                        pane_label=pane_label, reveal=reveal, centre=bool(centre),
                        changed_ids=list(changed_ids), sync=sync, search_key=search_key,
+                       selected_ids=list(selected_ids),
                        colours=dict(MARKS), key=key, default=None)
     if not isinstance(value, dict):
         return None
