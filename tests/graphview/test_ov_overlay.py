@@ -124,3 +124,22 @@ def test_a_selection_of_several_is_one_table_with_totals_per_side():
     # time adds up; the OpenVINO layer both before nodes are in counts once
     assert dict((title, text) for title, text, _ in t.totals["before"]) == {"time": "0.25 ms", "OpenVINO": "0.5 ms"}
     assert t.totals["after"] == (("time", "0.21 ms", 1),)
+
+
+def test_the_openvino_overlay_goes_to_model_explorer_as_node_data():
+    import json
+
+    from gv_helpers import fused_after
+
+    from fusionviz.graphview import diff_models
+    from fusionviz.graphview.model_explorer import export_files
+
+    before = conv_bn_relu()
+    after = fused_after(before)
+    files = export_files("m.onnx", before, after, diff_models(before, after),
+                         {"ov_time": {"before": openvino_time_overlay(_graph(), before)}})
+    data = json.loads(files["node_data_ov_time.json"])
+    results = data["before"]["results"]
+    assert {k: v["value"] for k, v in results.items()} == {"Conv_12": 0.5, "BatchNormalization_13": 0.5,
+                                                           "Relu_14": 0.5}
+    assert data["before"]["thresholds"] and "after" not in data
