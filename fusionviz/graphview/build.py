@@ -438,14 +438,22 @@ def _box_value(members, values: Mapping[str, float]) -> float | None:
 
 # Shape inference and the display graph are the slowest steps on big models (20,000 nodes:
 # seconds); the UI asks for the same snapshot often (focus, collapse, search), so both are kept
-# for the last few models. Entries: [model, its size, inferred copy, display graph or None,
+# for the last few models. Entries: [model, its fingerprint, inferred copy, display graph or None,
 # blocks by structure or None].
 _INFER_CACHE: list[list] = []
 _CACHE_LOCK = threading.Lock()
 
 
+def _fingerprint(model: onnx.ModelProto) -> tuple[int, ...]:
+    """What tells an entry's model from the same object changed in place: the bytes of its nodes
+    and the number of its initializers, inputs and outputs (not ``model.ByteSize()``, which
+    serializes every in-memory weight: half a second for a few hundred MB)."""
+    g = model.graph
+    return (sum(n.ByteSize() for n in g.node), len(g.initializer), len(g.input), len(g.output))
+
+
 def _entry(model: onnx.ModelProto) -> list:
-    size = model.ByteSize()
+    size = _fingerprint(model)
     with _CACHE_LOCK:
         for entry in _INFER_CACHE:
             if entry[0] is model and entry[1] == size:

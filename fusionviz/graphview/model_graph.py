@@ -152,10 +152,69 @@ def _type_info(tp: onnx.TypeProto) -> tuple[str, str] | None:
     return dtype, format_dims(dims)
 
 
-def infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Shape-inferred copy of ``model``; the model itself when inference fails (rule 3)."""
+#: In-memory initializers of at least this many bytes are given to shape inference without their
+#: data (see :func:`weightless`).
+WEIGHTLESS_MIN_BYTES = 1 << 20
+
+
+def tensor_bytes(t: onnx.TensorProto) -> int:
+    """A tensor's bytes from its dims and type (its data is not read); 0 for strings and unknown types."""
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return 0
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    return n * itemsize
+
+
+def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` as shape inference needs it: the same graph, with every in-memory main-graph
+    initializer of WEIGHTLESS_MIN_BYTES or more kept by name, type and dims only (marked as
+    external data, which inference does not read; no shape depends on a weight's values). The
+    model itself when it holds no such tensor; the large data is never copied."""
+    g = model.graph
+    big = [t.data_location != onnx.TensorProto.EXTERNAL and t.data_type != onnx.TensorProto.STRING
+           and tensor_bytes(t) >= WEIGHTLESS_MIN_BYTES for t in g.initializer]
+    if not any(big):
+        return model
+    out = onnx.ModelProto()
+    for fd, value in model.ListFields():
+        if fd.name != "graph":
+            _copy_field(out, fd, value)
+    for fd, value in g.ListFields():
+        if fd.name != "initializer":
+            _copy_field(out.graph, fd, value)
+    for t, strip in zip(g.initializer, big, strict=True):
+        if not strip:
+            out.graph.initializer.append(t)
+            continue
+        kept = out.graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims,
+                                         data_location=onnx.TensorProto.EXTERNAL)
+        kept.external_data.add(key="location", value="weightless")
+    return out
+
+
+def _copy_field(out, fd, value) -> None:
+    target = getattr(out, fd.name)
+    repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+    if fd.type == fd.TYPE_MESSAGE and repeated:
+        target.extend(value)
+    elif fd.type == fd.TYPE_MESSAGE:
+        target.CopyFrom(value)
+    elif repeated:
+        target.extend(value)
+    else:
+        setattr(out, fd.name, value)
+
+
+def infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Shape-inferred copy of ``model``; the model itself when inference fails (rule 3). Large
+    in-memory weights are left out of the copy (:func:`weightless`): it is read for types,
+    shapes and small constants only."""
+    try:
+        return onnx.shape_inference.infer_shapes(weightless(model), strict_mode=False, data_prop=False)
     except Exception as exc:  # noqa: BLE001 - best effort: a graph without shapes still draws
         logger.info("shape inference failed: %s", exc)
         return model

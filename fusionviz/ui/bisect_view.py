@@ -12,7 +12,7 @@ from typing import Any
 
 import streamlit as st
 
-from fusionviz.ui import state
+from fusionviz.ui import cache, state
 
 BISECT = "fv_bisect"  # (key, BisectResult | str): the selection's bisection in this session
 ORT_BISECT = "fv_ort_bisect"  # (key, OrtBisectResult | str): onnxruntime's, per level
@@ -31,7 +31,7 @@ def selection(loaded: Any, result: Any, v: Any) -> None:
     if inputs.plan is None:
         return
     names = tuple(state.passes())
-    key = (loaded.sha256, names, inputs.key, state.shapes_key())
+    key = (cache.keyed_sha(loaded.sha256), names, inputs.key, state.shapes_key())
     found = _kept(BISECT, key)
     st.markdown("**Which pass broke it?**")
     if found is None:

@@ -18,9 +18,20 @@ Rules:
    cache key's lock that a page may be waiting on).
 5. Every cache has a bound (``max_entries``; the pipelines also by the bytes of the distinct
    models they hold, ``FUSIONVIZ_PIPELINE_CACHE_MB``); so does the table of models a link can name
-   (``hold_model``: uploads and the command line's model, at most HELD_MODELS, oldest out).
+   (``hold_model``: uploads and the command line's model, at most HELD_MODELS, oldest out). A
+   model shared by several entries (prefixes share their snapshots) is counted once, and weights
+   on disk not at all: every snapshot of the model reads them through one memory map
+   (:func:`held_bytes`; counted from dims, never by serializing the weights).
 6. This module knows nothing of the session: callers pass keys and values (no import of
    :mod:`fusionviz.ui.state`).
+7. With weights on disk (a big model: the validity rule's checker and onnxruntime load cost
+   seconds there), a run's result is cached and shown before the rule is checked: the check
+   waits for the page run to end (:func:`start_checks`, called under every page, which says it
+   is checking) and runs in a background thread. A result that breaks the rule is replaced by
+   the run with the rule applied pass by pass (the culprit declined, as it would have been), every
+   result computed on top of it is dropped, and the model's revision goes up (:func:`keyed_sha`:
+   part of every key computed from a result, so nothing derived from the replaced one is
+   reused); that model's later runs are checked before they are shown.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnx
@@ -127,7 +138,7 @@ class _PipelineCache:
         sizes = {id(s.model): s.model for s in result.snapshots}
         with self._lock:
             new = [m for k, m in sizes.items() if k not in self._bytes]
-        measured = {id(m): m.ByteSize() for m in new}  # outside the lock: a few ms per model
+        measured = {id(m): held_bytes(m) for m in new}  # outside the lock: a few ms per model
         with self._lock:
             self._bytes.update(measured)
             self._data[key] = result
@@ -141,6 +152,14 @@ class _PipelineCache:
                     break
                 self._data.popitem(last=False)
 
+    def discard(self, which: Callable[[tuple], bool]) -> None:
+        """Drop the entries whose key ``which`` selects."""
+        with self._lock:
+            for key in [k for k in self._data if which(k)]:
+                del self._data[key]
+            held = {id(s.model) for r in self._data.values() for s in r.snapshots}
+            self._bytes = {k: v for k, v in self._bytes.items() if k in held}
+
     def held_bytes(self) -> int:
         with self._lock:
             return sum(self._bytes.values())
@@ -152,6 +171,25 @@ class _PipelineCache:
         with self._lock:
             self._data.clear()
             self._bytes.clear()
+
+
+def held_bytes(model: onnx.ModelProto) -> int:
+    """Rule 5: the memory one snapshot holds of its own: its graph (nodes, inputs, outputs,
+    value infos) and its in-memory initializers, by their dims and type (the data is not read
+    or serialized: ``ByteSize`` would copy every in-memory weight). Weights on disk count
+    nothing: every snapshot of the model shares them through one memory map (model_io rule 9),
+    so the budget never counts them, once or again."""
+    from fusionviz.graphview.model_graph import tensor_bytes
+
+    g = model.graph
+    total = sum(n.ByteSize() for n in g.node)
+    total += sum(v.ByteSize() for v in (*g.input, *g.output, *g.value_info))
+    for t in g.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            total += len(t.name) + 64
+        else:
+            total += tensor_bytes(t) or t.ByteSize()
+    return total
 
 
 def _pipeline_cache_mb() -> int:
@@ -169,6 +207,7 @@ def pipeline(sha: str, passes: tuple[str, ...], shapes: tuple, _proto: onnx.Mode
 
     The passes after the longest cached prefix run in one pipeline run (one validity check, no
     conversion of the model per pass), and every prefix it went through is cached on the way.
+    With weights on disk the validity check runs after the result is returned (rule 7).
     """
     key = (sha, passes, shapes)
     got = PIPELINES.get(key)
@@ -184,7 +223,7 @@ def pipeline(sha: str, passes: tuple[str, ...], shapes: tuple, _proto: onnx.Mode
 
 
 def _extend(sha: str, passes: tuple[str, ...], shapes: tuple, proto: onnx.ModelProto):
-    from fusionviz.passes.pipeline import PipelineResult, run_pipeline
+    from fusionviz.passes.pipeline import run_pipeline
 
     base = None
     for k in range(len(passes) - 1, -1, -1):  # the longest cached prefix
@@ -196,7 +235,19 @@ def _extend(sha: str, passes: tuple[str, ...], shapes: tuple, proto: onnx.ModelP
         PIPELINES.put((sha, (), shapes), base)
         if not passes:
             return base
-    step = run_pipeline(base.final, list(passes[k:]))
+    later = _check_later(sha, proto)
+    step = run_pipeline(base.final, list(passes[k:]), validate=not later)
+    out = _chain(sha, passes, shapes, base, k, step)
+    if later and any(r.changes for r in step.reports):
+        _start_check(sha, passes, shapes, base, k, step)
+    return out
+
+
+def _chain(sha: str, passes: tuple[str, ...], shapes: tuple, base, k: int, step):
+    """Cache the results for ``passes[:k+1]`` ... ``passes`` made of ``base`` (the result for
+    ``passes[:k]``) and ``step`` (the run of the rest on its final model); the last one."""
+    from fusionviz.passes.pipeline import PipelineResult
+
     copy = step.snapshots[0].model  # the run's copy of base.final: unchanged steps share it
     before = tuple(r.name for r in base.reports)
     snaps = tuple(dataclasses.replace(s, model=base.final) if s.model is copy else s for s in step.snapshots[1:])
@@ -208,6 +259,87 @@ def _extend(sha: str, passes: tuple[str, ...], shapes: tuple, proto: onnx.ModelP
                              notes=base.notes + step.notes)
         PIPELINES.put((sha, passes[: k + i + 1], shapes), out)
     return out
+
+
+# ------------------------------------------------------------------ validity after the result (rule 7)
+
+_CHECKS: dict[tuple, threading.Thread] = {}  # pipeline key -> its validity check, while it runs
+_CHECKS_LOCK = threading.Lock()
+_REVISION: dict[str, int] = {}  # model sha -> how often a checked result replaced a shown one
+_CHECK_NOW: set[str] = set()  # models one of whose results broke the rule: checked before shown
+
+
+def _check_later(sha: str, proto: onnx.ModelProto) -> bool:
+    """Rule 7: whether the validity rule of a run on this model is applied after its result is
+    shown: with weights on disk (big models, where the check costs seconds), unless a result of
+    this model already broke the rule (``FUSIONVIZ_CHECK_LATER=0``: never)."""
+    if os.environ.get("FUSIONVIZ_CHECK_LATER", "1") == "0" or sha in _CHECK_NOW:
+        return False
+    return model_io.weights_dir(proto) is not None
+
+
+def checking(sha: str, passes: Sequence[str], shapes: tuple) -> bool:
+    """Rule 7: whether the validity check of this selection's result is still to run or running."""
+    with _CHECKS_LOCK:
+        return (sha, tuple(passes), shapes) in _CHECKS
+
+
+def start_checks() -> None:
+    """Rule 7: start the validity checks waiting for a page run to end (a check holds the
+    interpreter for seconds in onnx's checker: the page draws its graph first)."""
+    with _CHECKS_LOCK:
+        waiting = [t for t in _CHECKS.values() if t.ident is None]
+    for thread in waiting:
+        try:
+            thread.start()
+        except RuntimeError:  # started meanwhile by another session's run
+            pass
+
+
+def revision(sha: str) -> int:
+    """Rule 7: how many times a result of this model was replaced after its check (0: never)."""
+    return _REVISION.get(sha, 0)
+
+
+def keyed_sha(sha: str) -> str:
+    """Rule 7: the model's part of the key of everything computed from a pipeline result: its
+    hash, with its revision once a checked result replaced a shown one."""
+    rev = revision(sha)
+    return f"{sha}@{rev}" if rev else sha
+
+
+def _start_check(sha: str, passes: tuple[str, ...], shapes: tuple, base, k: int, step) -> threading.Thread:
+    """Rule 7: a thread (started by :func:`start_checks`) that checks the result of ``step`` (run
+    on ``base.final``) against the validity rule; when it breaks the rule, run the passes again with the rule applied pass by
+    pass, replace the cached results, and bump the model's revision."""
+    key = (sha, passes, shapes)
+
+    def work() -> None:
+        from fusionviz.passes import validity
+        from fusionviz.passes.pipeline import run_pipeline
+
+        try:
+            why = validity.violation(step.final, validity.Baseline(step.snapshots[0].model))
+            if why is None:
+                return
+            logger.info("the shown result breaks the validity rule (%s); running the passes again", why)
+            _CHECK_NOW.add(sha)
+            checked = run_pipeline(base.final, list(passes[k:]))
+            # Every result that went past the prefix may stand on the unchecked one: computed again.
+            PIPELINES.discard(lambda x: x[0] == sha and len(x[1]) > k)
+            if k == 0 or PIPELINES.get((sha, passes[:k], shapes)) is base:
+                _chain(sha, passes, shapes, base, k, checked)
+            _REVISION[sha] = _REVISION.get(sha, 0) + 1
+        except Exception:  # noqa: BLE001 - the result stays shown; the log says why
+            logger.exception("the validity check of %s failed", passes)
+        finally:
+            with _CHECKS_LOCK:
+                _CHECKS.pop(key, None)
+
+    thread = threading.Thread(target=work, name="fusionviz-validity", daemon=True)
+    with _CHECKS_LOCK:
+        _CHECKS[key] = thread
+    return thread
 
 
 def _in_context(report, before: tuple[str, ...]):
@@ -387,7 +519,7 @@ def _busy() -> bool:
 def _passes_view(sha: str, passes: tuple[str, ...], shapes: tuple, opts: tuple, proto) -> None:
     """Everything the Passes page computes for one selection before its graph is drawn."""
     result = pipeline(sha, passes, shapes, proto)
-    key = (sha, passes, shapes, "final")
+    key = (keyed_sha(sha), passes, shapes, "final")
     yield_to_pages()
     d = diff(key, result.original, result.final)
     yield_to_pages()

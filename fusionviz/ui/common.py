@@ -103,12 +103,40 @@ def _page(title: str, body: Callable[[], None]) -> None:
         with guard(f"drawing the {title} page"):
             body()
         finished = True
+        with guard("checking the result"):
+            _validity_watch()
     finally:
         if _sidebar_key() != shown:  # the body changed the model or the passes (rule 3)
             with side.container(), guard("drawing the sidebar"):
                 sidebar()
         if finished:  # not on a page switch or rerun: the next run writes the URL
             state.sync_query_params()
+
+
+CHECKING_WORDS = ("Checking that the result is a valid model (ONNX checker, onnxruntime); "
+                  "a pass whose result breaks the rule will be declined and the page redrawn.")
+
+
+def _validity_watch() -> None:
+    """Cache rule 7: while the validity check of the shown result is still to run, start it (the
+    page is drawn), say so under the page and look again twice a second; when the check has
+    ended, the page runs again (with the checked result, when it replaced the shown one)."""
+    loaded = state.model()
+    if loaded is None:
+        return
+    names, shapes = tuple(state.passes()), state.shapes_key()
+    if not cache.checking(loaded.sha256, names, shapes):
+        return
+    cache.start_checks()
+
+    @st.fragment(run_every=0.5)
+    def watch() -> None:
+        if cache.checking(loaded.sha256, names, shapes):
+            st.caption(CHECKING_WORDS)
+        else:
+            st.rerun(scope="app")
+
+    watch()
 
 
 def switch(name: str, **params: str | None) -> None:
@@ -196,8 +224,10 @@ def current_pipeline(progress: bool = True) -> Any:
 
 
 def pipeline_key(loaded: Any, names: Sequence[str]) -> tuple:
-    """Cache key of a pipeline: model hash, pass tuple and shapes."""
-    return (loaded.sha256, tuple(names), state.shapes_key())
+    """Cache key of a pipeline: model hash, pass tuple and shapes. The hash carries the model's
+    revision once a checked result replaced a shown one (cache rule 7), so that everything
+    computed from the replaced result is computed again."""
+    return (cache.keyed_sha(loaded.sha256), tuple(names), state.shapes_key())
 
 
 def legend(counts: dict | None = None) -> None:
@@ -317,8 +347,8 @@ def verification(loaded: Any, result: Any) -> Any:
         from fusionviz.verify import VerifyResult
 
         return VerifyResult(False, (), 1e-4, error=f"no inputs to run: {inputs.error}", report_only=not exact)
-    return cache.verify(loaded.sha256, tuple(names), inputs.key, exact, result.original, result.final,
-                        inputs.plan)
+    return cache.verify(pipeline_key(loaded, names)[0], tuple(names), inputs.key, exact, result.original,
+                        result.final, inputs.plan)
 
 
 def cli_model_arg(loaded: Any) -> str:

@@ -103,3 +103,32 @@ def test_compact_conv_attributes():
     }""")
     (node,) = build_display_graph(m).nodes
     assert node.attrs == ["k3×3", "s2"]
+
+
+def test_shape_inference_leaves_large_weights_out_of_its_copy():
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from fusionviz.graphview.build import _inferred
+    from fusionviz.graphview.model_graph import infer, tensor_infos, weightless
+
+    w = numpy_helper.from_array(np.ones((512, 1024), np.float32), "W")  # 2 MiB
+    b = numpy_helper.from_array(np.array([1, 512], np.int64), "shape")  # small: kept with its values
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+         helper.make_node("Relu", ["a"], ["r"], name="relu"),
+         helper.make_node("Reshape", ["r", "shape"], ["y"], name="rs")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    full = onnx.shape_inference.infer_shapes(model)
+    got = infer(model)
+    assert got.ByteSize() < 16_384  # the weight's 2 MiB are not in the inferred copy
+    assert tensor_infos(got) == tensor_infos(full)
+    assert tensor_infos(got)["y"] == ("f32", "1×512") and tensor_infos(got)["W"] == ("f32", "512×1024")
+    assert len(model.graph.initializer[0].raw_data) == 2 * 2**20  # the model itself is untouched
+    small = helper.make_model(helper.make_graph(g.node[1:2], "s", [helper.make_tensor_value_info(
+        "a", TensorProto.FLOAT, [1, 4])], [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)]))
+    assert weightless(small) is small
+    dg = build_display_graph(model, inferred=_inferred(model))
+    assert dg.by_key["mm"].weights == ["B 512×1024"]
