@@ -300,8 +300,11 @@ def legend(by_side: dict, why: str | None) -> None:
     if not by_side:
         return
     any_ov = next(iter(by_side.values()))
+    entries = any_ov.legend()
+    if kind == "ov_time":  # the heading names it; short steps leave room for how a layer is drawn
+        entries = [(t.removeprefix(f"{any_ov.title} "), f, b) for t, f, b in entries]
     sw = "".join(f"<span class='fv-sw' style='background:{fill};border-color:{border}'></span>{html.escape(title)}"
-                 for title, fill, border in any_ov.legend())
+                 for title, fill, border in entries)
     notes = " · ".join(f"{s}: {ov.note}" for s, ov in by_side.items() if ov.note)
     extra = ""
     if kind == "ov_time":
