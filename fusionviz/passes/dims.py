@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 
 from fusionviz.passes.facts import ints_attr, weight_value
+from fusionviz.passes.hygiene import MADE_UP_DIM_PREFIX
 
 _SAME_SHAPE = frozenset({
     "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu",
@@ -49,7 +50,7 @@ _POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
 _GLOBAL_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
 _DOMAINS = ("", "ai.onnx", "com.microsoft")
 #: the prefix of the names ONNX shape inference makes up for dims it cannot compute (rule 2)
-_GENERATED = "unk__"
+_GENERATED = MADE_UP_DIM_PREFIX
 
 Keys = tuple[int, ...]
 

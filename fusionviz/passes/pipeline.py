@@ -254,7 +254,11 @@ def to_ir(model: onnx.ModelProto) -> ir.Model:
 
 
 def to_proto(model: ir.Model) -> onnx.ModelProto:
-    return ir.serde.serialize_model(model)
+    """The proto of ``model``, as every snapshot and result is written: without the dim names
+    the passes' shape inference made up (:func:`fusionviz.passes.hygiene.forget_made_up_dims`)."""
+    from fusionviz.passes.hygiene import forget_made_up_dims
+
+    return forget_made_up_dims(ir.serde.serialize_model(model))
 
 
 def _values_by_id(model: ir.Model) -> dict[int, ir.Value]:

@@ -52,7 +52,7 @@ import onnx_ir as ir
 from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass, PostconditionError
 from fusionviz.passes.facts import onnx_opset
-from fusionviz.passes.hygiene import from_tool
+from fusionviz.passes.hygiene import forget_made_up_dims, from_tool
 from fusionviz.passes.layout.dtypes import precision_change, type_name
 
 logger = logging.getLogger(__name__)
@@ -287,7 +287,9 @@ widened and Casts added. A capture that would change any tensor's type is declin
         from fusionviz.model_io import weights_dir
         from fusionviz.verify import make_session
 
-        proto = ir.serde.serialize_model(model)
+        # written as the pipeline writes it (hygiene rule 8: made-up dim names would let the
+        # capture's own fusions differ from what onnxruntime does with the written model)
+        proto = forget_made_up_dims(ir.serde.serialize_model(model))
         data = proto.SerializeToString()  # once: capture and verification both load these bytes
         opset = onnx_opset(model)
         try:
