@@ -16,11 +16,25 @@ Rules (the code points back to them):
    as ``fuse_hardswish`` leaves it) → ``FusedConv(activation="HardSwish")``: a contrib op, so
    the model's opset does not matter.
 4. Conv + SiLU has no kernel: a ``no_kernel`` near miss says so at each site.
+5. Rule 2 leaves a Conv alone that onnxruntime runs in its NCHWc blocked layout on this CPU
+   (asked, not predicted: the graph it builds at level all from the model as it is is
+   captured, as ``nchwc_layout`` does; there such a Conv is the ``com.microsoft.nchwc.Conv``
+   named ``<conv output>_nchwc``). onnxruntime's NCHWc Conv adds a residual that is in the
+   blocked layout too and applies the activation itself; a ``FusedConv`` with a sum input is
+   not taken into that layout, so it runs in NCHW between reorders and, in a chain of residual
+   blocks, takes the next blocks' residuals out of the layout with it: slower at level all and
+   in ``nchwc_layout``'s capture (a CRNN with 7 such sites: 1.04x the original's time at level
+   all with them, 1.00x without). Convs onnxruntime keeps in NCHW (1-D, channel counts it does
+   not block, a CPU without NCHWc kernels) still take rule 2; a failed capture leaves rule 2
+   as it was.
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+import onnx
 import onnx_ir as ir
 from onnxscript.rewriter import pattern as orp
 
@@ -31,6 +45,8 @@ from fusionviz.passes.facts import weight_value
 from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import, per_channel
 from fusionviz.passes.rewrite import apply_rules
 from fusionviz.passes.shapes import infer_shapes_if_needed
+
+logger = logging.getLogger(__name__)
 
 _FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -135,9 +151,9 @@ class _ConvAddActivation(_ConvActivation):
             if act_out is None and _lone_activation(add) is not None:
                 return nearmiss.reported(r.fail(reason))  # the Add + activation rule reported this site
             if nearmiss.active():
+                text = reason if why is NCHWC_SUM else f"FusedConv adds its sum input Z without broadcasting, and {reason}"
                 nearmiss.note([conv_out.producer(), add] + ([act_out.producer()] if act_out is not None else []),
-                              add, f"FusedConv adds its sum input Z without broadcasting, and {reason}", hint=hint,
-                              kind=kind, rule=self.name, depth=150)
+                              add, text, hint=hint, kind=kind, rule=self.name, depth=150)
             return nearmiss.reported(r.fail(reason))
         self._activation_params = []
         if act_out is not None:
@@ -199,6 +215,7 @@ def _sum_table(model: ir.Model) -> dict[int, dict[int, tuple[str, str, str] | No
         return {}
     infer_shapes_if_needed(model, [v for n in adds for v in n.inputs])
     keys = DimKeys(model.graph)
+    blocked: set[str] | None = None  # rule 5, asked once there is a site it could decide
     table: dict[int, dict[int, tuple[str, str, str] | None]] = {}
     for add in adds:
         for i, v in enumerate(add.inputs):
@@ -207,6 +224,12 @@ def _sum_table(model: ir.Model) -> dict[int, dict[int, tuple[str, str, str] | No
                 continue
             z = add.inputs[1 - i]
             why = keys.why_not_same(v, z)
+            if why is None:
+                if blocked is None:
+                    blocked = nchwc_blocked(model)
+                if v.name in blocked:
+                    table.setdefault(id(add), {})[i] = NCHWC_SUM
+                    continue
             if why is None:
                 table.setdefault(id(add), {})[i] = None
                 continue
@@ -219,6 +242,31 @@ def _sum_table(model: ir.Model) -> dict[int, dict[int, tuple[str, str, str] | No
                 entry = (why, "give the model's input shapes (--shape) so that the shapes are known", "condition")
             table.setdefault(id(add), {})[i] = entry
     return table
+
+
+#: Rule 5's reason (the near miss's whole text: it is not about the sum input's shape)
+NCHWC_SUM = ("onnxruntime runs this Conv in its NCHWc blocked layout on this CPU, where it adds a blocked residual "
+             "itself; a FusedConv with a sum input stays in NCHW between reorders there, which runs slower",
+             "nchwc_layout (or onnxruntime at level all) fuses this Conv + Add itself when the residual is blocked too",
+             "condition")
+
+
+def nchwc_blocked(model: ir.Model) -> set[str]:
+    """Rule 5: the output names of the Convs onnxruntime turns into NCHWc Convs at level all on
+    this CPU, read from the graph it builds from ``model``; empty when that capture fails."""
+    from fusionviz.model_io import weights_dir
+    from fusionviz.passes.facts import onnx_opset
+    from fusionviz.passes.layout.nchwc_layout import NCHWC, capture_ort_bytes, disabled_fusions
+
+    proto = ir.serde.serialize_model(model)
+    try:
+        data = capture_ort_bytes(proto, disabled_optimizers=disabled_fusions(onnx_opset(model)),
+                                 weights_dir=weights_dir(proto))
+    except Exception as exc:  # noqa: BLE001 - rule 5 is a refinement: without it rule 2 applies as before
+        logger.info("fuse_conv_activation: onnxruntime's layout capture failed (%s); rule 2 as is", exc)
+        return set()
+    return {n.name[: -len("_nchwc")] for n in onnx.ModelProto.FromString(data).graph.node
+            if n.domain == NCHWC and n.op_type == "Conv" and n.name.endswith("_nchwc")}
 
 
 class FuseConvActivation(Pass, name="fuse_conv_activation", category=Category.FUSE, order=260,

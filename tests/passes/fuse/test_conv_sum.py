@@ -13,10 +13,19 @@ import pytest
 
 from fusionviz.passes import nearmiss
 from fusionviz.passes.dims import DimKeys
+from fusionviz.passes.fuse import fuse_conv_activation as fca
 from fusionviz.passes.pipeline import run_pipeline
 from fusionviz.passes.shapes import infer_shapes
 from fusionviz.verify import verify
 from tests.passes.fuse.test_conv import bn_params, build, ops, rand
+
+
+@pytest.fixture(autouse=True)
+def nchw_cpu(request, monkeypatch):
+    """Rules 1-4 as on a CPU where onnxruntime leaves every Conv in NCHW (rule 5 finds nothing);
+    the rule 5 tests below ask onnxruntime for real."""
+    if "rule5" not in request.node.name:
+        monkeypatch.setattr(fca, "nchwc_blocked", lambda model: set())
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -198,3 +207,73 @@ def test_dims_unknown_sizes_are_never_equal_to_each_other():
     keys, v = _keys(text, W=rand(4, 4, 3, 3), B=rand(4))
     assert keys.same_shape(v["c"], v["x"])  # a "same" Conv keeps H and W
     assert "dimension 2" in keys.why_not_same(v["c"], v["z"])  # z's P and Q are other names
+
+
+# --------------------------------------------------------------------------- rule 5: NCHWc
+
+
+RESNET_STAGE_16 = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,16,12,12] x) => (float[1,16,12,12] y) {
+  c0 = Conv <pads=[1,1,1,1]> (x, W0, B0)
+  r0 = Relu (c0)
+  c1 = Conv <pads=[1,1,1,1]> (r0, W1, B1)
+  r1 = Relu (c1)
+  c2 = Conv <pads=[1,1,1,1]> (r1, W2, B2)
+  s = Add (c2, r0)
+  r2 = Relu (s)
+  y = Conv <pads=[1,1,1,1]> (r2, W3, B3)
+}"""
+
+
+def _resnet_stage_16() -> onnx.ModelProto:
+    """A stem Conv, one basic block and a Conv after it, 16 channels: the residual Add sits
+    between blocked Convs, as in a ResNet."""
+    return build(RESNET_STAGE_16, **{f"W{i}": rand(16, 16, 3, 3, seed=i) for i in range(4)},
+                 **{f"B{i}": rand(16, seed=10 + i) for i in range(4)})
+
+
+def _blocked_here(model: onnx.ModelProto) -> set[str]:
+    from fusionviz.passes.pipeline import to_ir
+
+    return fca.nchwc_blocked(to_ir(model))
+
+
+def test_rule5_a_conv_onnxruntime_runs_in_nchwc_keeps_its_residual_add():
+    model = _resnet_stage_16()
+    if "c2" not in _blocked_here(model):
+        pytest.skip("onnxruntime keeps this Conv in NCHW on this CPU (no NCHWc kernels): rule 5 has nothing to do")
+    result = run_pipeline(model, ["fuse_conv_activation"])
+    assert not any(len(n.input) == 4 for n in _fused(result.final))  # no sum input
+    assert ops(result.final).count("Add") == 1 and ops(result.final).count("FusedConv") == 2  # rule 1 still applies
+    (m,) = [m for m in result.reports[0].near_misses if "NCHWc" in m.reason]
+    assert "runs slower" in m.reason and "nchwc_layout" in m.hint and m.kind == "condition"
+    _assert_equal(result)
+
+
+def test_rule5_nchwc_layout_then_holds_the_residual_add_in_its_blocked_conv():
+    """What rule 5 leaves is what onnxruntime's layout takes: no Add and no FusedConv stay."""
+    model = _resnet_stage_16()
+    if "c2" not in _blocked_here(model):
+        pytest.skip("onnxruntime keeps this Conv in NCHW on this CPU (no NCHWc kernels)")
+    result = run_pipeline(model, ["fuse_conv_activation", "nchwc_layout"])
+    assert "Add" not in ops(result.final) and "FusedConv" not in ops(result.final)
+    assert sum(1 for n in result.final.graph.node if n.domain == "com.microsoft.nchwc" and n.op_type == "Conv") == 4
+    _assert_equal(result)
+
+
+def test_rule5_a_conv_onnxruntime_keeps_in_nchw_still_takes_rule_2():
+    """A 1-D Conv has no NCHWc kernel: its residual Add still goes into FusedConv's sum input."""
+    text = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,16,20] x) => (float[1,16,20] y) {
+  c = Conv <pads=[1,1]> (x, W, B)
+  s = Add (c, x)
+  y = Relu (s)
+}"""
+    model = build(text, W=rand(16, 16, 3), B=rand(16))
+    assert "c" not in _blocked_here(model)
+    result = run_pipeline(model, ["fuse_conv_activation"])
+    (fused,) = _fused(result.final)
+    assert list(fused.input)[3] == "x" and ops(result.final) == ["FusedConv"]
+    _assert_equal(result)
