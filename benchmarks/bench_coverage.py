@@ -220,6 +220,7 @@ def signature(ops: list[str]) -> str:
 
 
 TRANSFORMER_PREFIX = "dynamo:"
+SAMPLE_PREFIX = "sample:"
 
 
 def _transformers(only: list[str] | None) -> list[tuple[str, str]]:
@@ -248,7 +249,11 @@ def _models(only: list[str] | None, samples: bool) -> list[tuple[str, str]]:
     if only and all(o.startswith(TRANSFORMER_PREFIX) for o in only):
         return []
     only = [o for o in only if not o.startswith(TRANSFORMER_PREFIX)] if only else only
-    entries = select(load_manifest(), only=only) if only else load_manifest()
+    corpus_only = [o for o in only if not o.startswith(SAMPLE_PREFIX)] if only else None
+    if only and not corpus_only:
+        entries = []
+    else:
+        entries = select(load_manifest(), only=corpus_only) if corpus_only else load_manifest()
     fetched = fetch_corpus(entries)
     for f in fetched.failures:
         print(f"fetch failed: {f.name}: {f.reason}", file=sys.stderr)
@@ -256,8 +261,8 @@ def _models(only: list[str] | None, samples: bool) -> list[tuple[str, str]]:
     if samples:
         from fusionviz.samples import list_samples, sample_path
 
-        out += [(f"sample:{s.name}", str(sample_path(s.name))) for s in list_samples()
-                if not only or s.name in only or f"sample:{s.name}" in only]
+        out += [(f"{SAMPLE_PREFIX}{s.name}", str(sample_path(s.name))) for s in list_samples()
+                if not only or s.name in only or f"{SAMPLE_PREFIX}{s.name}" in only]
     return out
 
 
