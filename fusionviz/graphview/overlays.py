@@ -275,3 +275,44 @@ def body_overlay(whole: Overlay, body_keys: Sequence[str], by_name: Mapping[str,
     missing = len(body_keys) - len(values)
     return dataclasses.replace(whole, values=values, labels=(), groups=(), details=(), missing=missing,
                                note=note)
+
+
+def unique_node_names(model: onnx.ModelProto) -> set[str]:
+    """Rule 5: node names (main-graph keys, body names) that occur once in the whole model,
+    bodies included; a name seen twice cannot be told apart in a profile."""
+    from fusionviz.graphview.model_graph import node_keys
+
+    counts: dict[str, int] = {}
+    for k in node_keys(model.graph.node):
+        counts[k] = counts.get(k, 0) + 1
+
+    def bodies(n: onnx.NodeProto):
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield a.g
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                yield from a.graphs
+
+    stack = [g for n in model.graph.node for g in bodies(n)]
+    while stack:
+        g = stack.pop()
+        for n in g.node:
+            if n.name:
+                counts[n.name] = counts.get(n.name, 0) + 1
+            stack.extend(bodies(n))
+    return {k for k, c in counts.items() if c == 1}
+
+
+def body_time_overlay(whole: onnx.ModelProto, body: onnx.ModelProto, inner_ms: Mapping[str, float]) -> Overlay:
+    """Rule 5: the time overlay of a body (``bodies.body_model``) from the profile of the whole
+    model (``profile.NodeTimes.inner_ms``: body node name -> median kernel time)."""
+    from fusionviz.graphview.model_graph import node_keys
+
+    unique = unique_node_names(whole)
+    named = {k: v for k, v in inner_ms.items() if k in unique}
+    keys = node_keys(body.graph.node)
+    have = [k for k in keys if k in named]
+    note = (f"{sum(named[k] for k in have):.3g} ms in {len(have):,} of {len(keys):,} nodes of this body (median per "
+            f"run of each kernel; a Loop body's node: one iteration); {len(keys) - len(have):,} did not run on these "
+            "inputs or share a name")
+    return body_overlay(time_overlay({}), keys, named, note=note)

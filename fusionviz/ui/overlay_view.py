@@ -119,7 +119,7 @@ def compute(loaded: Any, key: tuple, before: onnx.ModelProto, after: onnx.ModelP
     inputs = state.input_plan(loaded)
     pair = (key, inputs.key)
     if in_body:
-        by_side, why = _in_body(loaded, kind, inputs, whole, body, before, after, errs)
+        by_side, why = _in_body(loaded, kind, inputs, whole, body, before, after, errs, key)
     else:
         by_side, why = _main(kind, inputs, key, before, after, errs)
     if by_side:
@@ -226,31 +226,18 @@ NO_BODY_DATA = {
 }
 
 
-def _name_counts(model: onnx.ModelProto) -> dict[str, int]:
-    """How often each node name occurs in the model, bodies included (rule 4: a name seen twice
-    cannot be told apart in the profile)."""
-    from fusionviz.graphview.model_graph import node_keys
-
-    counts: dict[str, int] = {}
-    for k in node_keys(model.graph.node):
-        counts[k] = counts.get(k, 0) + 1
-    stack = [a.g for n in model.graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
-    stack += [g for n in model.graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
-    while stack:
-        g = stack.pop()
-        for n in g.node:
-            if n.name:
-                counts[n.name] = counts.get(n.name, 0) + 1
-            stack += [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
-            stack += [x for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for x in a.graphs]
-    return counts
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _body_overlay(key: tuple, _make) -> Any:
+    """Rule 4: an overlay of one side of an open body, made once per body, side, kind and inputs
+    (``key``); ``_make()`` makes it."""
+    return _make()
 
 
 def _in_body(loaded: Any, kind: str, inputs: Any, whole: tuple | None, path: str | None,
-             before: onnx.ModelProto, after: onnx.ModelProto, errs: Any) -> tuple[dict, str | None]:
-    """Rule 4: the chosen overlay on the nodes of an open body, from the main pair's run."""
-    from fusionviz.graphview.model_graph import node_keys
-    from fusionviz.graphview.overlays import body_overlay, memory_overlay, time_overlay
+             before: onnx.ModelProto, after: onnx.ModelProto, errs: Any, key: tuple = ()) -> tuple[dict, str | None]:
+    """Rule 4: the chosen overlay on the nodes of an open body, from the main pair's run (``key``:
+    the body pair's key)."""
+    from fusionviz.graphview import overlays as O
 
     where = f"inside this body ({path})" if path else "inside this body"
     if kind in NO_BODY_DATA:
@@ -260,30 +247,21 @@ def _in_body(loaded: Any, kind: str, inputs: Any, whole: tuple | None, path: str
     wkey, wbefore, wafter = whole
     bodies = {"before": before, "after": after}
     if kind == "memory":
-        by_side = {s: memory_overlay(m) for s, m in bodies.items() if len(m.graph.node)}
+        by_side = {s: _body_overlay((*key, s, kind, False), lambda m=m: O.memory_overlay(m))
+                   for s, m in bodies.items() if len(m.graph.node)}
         if any(ov.missing for ov in by_side.values()) and inputs.plan is not None:
             times, _ = _times(wkey, inputs, wbefore, wafter)
-            by_side = {s: memory_overlay(bodies[s], None, times[s].inner_bytes if s in times else None)
-                       for s in by_side}
+            by_side = {s: _body_overlay((*key, s, kind, inputs.key), lambda s=s: O.memory_overlay(
+                bodies[s], None, times[s].inner_bytes if s in times else None)) for s in by_side}
         if not any(ov.values for ov in by_side.values()):
             return {}, f"No data {where}: shape inference cannot size the tensors of this body."
         return by_side, None
     times, why = _times(wkey, inputs, wbefore, wafter)
     if why:
         return {}, why
-    by_side = {}
-    for s, model in bodies.items():
-        if s not in times or not len(model.graph.node):
-            continue
-        counts = _name_counts(wbefore if s == "before" else wafter)
-        named = {k: v for k, v in times[s].inner_ms.items() if counts.get(k, 0) == 1}
-        keys = node_keys(model.graph.node)
-        have = sum(1 for k in keys if k in named)
-        ov = body_overlay(time_overlay({}), keys, named,
-                          note=f"{sum(named[k] for k in keys if k in named):.3g} ms in {have:,} of {len(keys):,} nodes of this body "
-                               f"(median per run of each kernel; a Loop body's node: one iteration); "
-                               f"{len(keys) - have:,} did not run on these inputs or share a name")
-        by_side[s] = ov
+    by_side = {s: _body_overlay((*key, s, kind, inputs.key), lambda s=s, m=model: O.body_time_overlay(
+        wbefore if s == "before" else wafter, m, times[s].inner_ms))
+        for s, model in bodies.items() if s in times and len(model.graph.node)}
     if not any(ov.values for ov in by_side.values()):
         return {}, (f"No data {where}: none of its nodes ran on these inputs (an If branch not taken) "
                     "or their names occur twice in the model.")

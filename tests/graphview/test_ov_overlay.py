@@ -143,3 +143,28 @@ def test_the_openvino_overlay_goes_to_model_explorer_as_node_data():
     assert {k: v["value"] for k, v in results.items()} == {"Conv_12": 0.5, "BatchNormalization_13": 0.5,
                                                            "Relu_14": 0.5}
     assert data["before"]["thresholds"] and "after" not in data
+
+
+def test_body_nodes_are_timed_by_the_whole_models_profile():
+    from fusionviz.graphview.bodies import body_model
+    from fusionviz.graphview.overlays import body_time_overlay, unique_node_names
+    from fusionviz.graphview.synthetic import control_flow_model
+    from fusionviz.inputs import plan_inputs
+    from fusionviz.profile import node_times
+
+    m = control_flow_model()
+    times = node_times(m, plan_inputs(m).feeds("normal"), runs=2)
+    assert set(times.times_ms) == {"Equal_1", "If_2", "Loop_5"}  # main graph only
+    assert {"speech/MatMul_1", "steps/Add_1", "keep/Relu_0"} <= set(times.inner_ms)  # the bodies' nodes
+    then = body_time_overlay(m, body_model(m, "If_2/then_branch"), times.inner_ms)
+    assert {k for k, _ in then.values} == {"speech/Identity_0", "speech/MatMul_1", "speech/Add_2", "speech/Relu_3"}
+    assert then.missing == 0 and "4 of 4 nodes of this body" in then.note
+    other = body_time_overlay(m, body_model(m, "If_2/else_branch"), times.inner_ms)
+    assert other.values == () and other.missing == 1  # the branch not taken on these inputs
+    loop = body_time_overlay(m, body_model(m, "Loop_5/body"), times.inner_ms)
+    assert {k for k, _ in loop.values} == {"steps/Identity_0", "steps/Add_1", "steps/If_2"}
+    # a name used in two graphs of the model cannot be told apart: left out
+    m.graph.node[0].name = "speech/MatMul_1"
+    assert "speech/MatMul_1" not in unique_node_names(m)
+    again = body_time_overlay(m, body_model(m, "If_2/then_branch"), times.inner_ms)
+    assert "speech/MatMul_1" not in dict(again.values) and again.missing == 1
