@@ -30,11 +30,15 @@ from ``transformers`` configs, random weights, torch's dynamo exporter; named ``
 are added when torch and transformers are installed (else a line says they were skipped).
 
 5. Latency (``--latency``: the transformer exports by default, ``all`` models, or ``none``):
-   after the coverage runs, one model at a time, the original and the ``--all`` result, both
-   under onnxruntime's level all (1 thread, the same feeds), in fusionviz's interleaved paired
-   rounds (:func:`fusionviz.bench.run_benchmark`, outputs verified against the original); the
-   paired ratio ours/original with its 95% interval and the verdict in words
-   (:mod:`fusionviz.bench.claims`).
+   after the coverage runs, one model at a time, four variants in fusionviz's interleaved paired
+   rounds (:func:`fusionviz.bench.run_benchmark`, 1 thread, the same feeds, each in its own
+   worker, outputs verified against the original): the original at onnxruntime's level all,
+   the original at level all once more (an A/A control: two sessions of one model differ by
+   where their buffers land, which a paired interval from one pair of sessions does not
+   cover), the ``--all`` result at level all, and the ``--all`` result at level off (the
+   passes alone). Printed: ours@all / original@all and ours@off / original@all, each the
+   paired ratio with its 95% interval, and the A/A ratio. The verdict counts a difference only
+   beyond noise: the interval must clear 1 by more than the A/A control's interval does.
 
 Prints per model: groups, held, percentage, and the op-type signatures of the missed groups;
 then the totals and the missed signatures over all models, each with what onnxruntime offers
@@ -184,7 +188,8 @@ def run_model(name: str, path: str, save_to: str | None = None) -> dict:
 
 
 def latency(row: dict, min_time_s: float) -> dict:
-    """Rule 5 for one model: original @ORT all against the saved ``--all`` result @ORT all."""
+    """Rule 5 for one model: the original @ORT all (twice: the A/A control), the saved ``--all``
+    result @ORT all and @ORT off."""
     import onnx
 
     from fusionviz import model_io
@@ -196,18 +201,38 @@ def latency(row: dict, min_time_s: float) -> dict:
     loaded = model_io.load_path(row["path"])
     plan = probe(loaded.proto, plan_inputs(loaded.proto, InputSpec()), isolated=False)
     ours = onnx.load(row["saved"])
-    at_all = Settings(level="all")
-    res = run_benchmark([Variant("original @ORT all", loaded.proto, at_all), Variant("ours @ORT all", ours, at_all)],
+    at_all, at_off = Settings(level="all"), Settings(level="off")
+    res = run_benchmark([Variant("original @ORT all", loaded.proto, at_all),
+                         Variant("original @ORT all, second session", loaded.proto, at_all),
+                         Variant("ours @ORT all", ours, at_all), Variant("ours @ORT off", ours, at_off)],
                         shapes=plan.shapes(), feeds=plan.feeds("normal"), min_time_s=min_time_s,
                         verify_against=loaded.proto, max_rounds=400)
-    orig, mine = res
+    orig, again, mine, off = res
     if orig.stats is None or mine.stats is None:
         return {"error": orig.error or mine.error}
-    got = paired_ratio(mine, orig)
-    ratio, lo, hi, n = got if got is not None else (None, None, None, 0)
-    ok = mine.verify is None or bool(mine.verify.get("ok", True))
-    return {"original_ms": orig.stats.median_ms, "ours_ms": mine.stats.median_ms, "ratio": ratio, "ci_low": lo,
-            "ci_high": hi, "pairs": n, "verified": ok}
+    out = {"original_ms": orig.stats.median_ms, "ours_ms": mine.stats.median_ms,
+           "verified": all(r.verify is None or bool(r.verify.get("ok", True)) for r in (mine, off))}
+    for key, result in (("", mine), ("aa_", again), ("off_", off)):
+        got = paired_ratio(result, orig) if result.stats is not None else None
+        ratio, lo, hi, n = got if got is not None else (None, None, None, 0)
+        out.update({f"{key}ratio": ratio, f"{key}ci_low": lo, f"{key}ci_high": hi, f"{key}pairs": n})
+    out["ours_off_ms"] = off.stats.median_ms if off.stats is not None else None
+    return out
+
+
+def beyond_noise(lat: dict, key: str = "") -> str:
+    """"slower" | "faster" | "same": the ratio's interval against 1, widened by how far the
+    A/A control's interval reaches from 1 (rule 5)."""
+    lo, hi = lat.get(f"{key}ci_low"), lat.get(f"{key}ci_high")
+    if lo is None or hi is None:
+        return "same"
+    aa_lo, aa_hi = lat.get("aa_ci_low"), lat.get("aa_ci_high")
+    noise = max(0.0, (aa_hi or 1.0) - 1.0, 1.0 - (aa_lo or 1.0))
+    if lo > 1.0 + noise:
+        return "slower"
+    if hi < 1.0 - noise:
+        return "faster"
+    return "same"
 
 
 def signature(ops: list[str]) -> str:
@@ -339,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = (f"totals: {total_g} groups, {total_h} held in one node ({pct:.1f}%), {total_g - total_h} missed; "
                f"{len(rows)} models in {time.perf_counter() - t0:.0f} s")
     lines.append(summary)
-    cnn = [row for row in rows if any("Conv" in op for x in row.get("groups", ()) for op in x["ops"])]
+    cnn = [row for row in rows if is_cnn(row)]
     gc = [x for row in cnn for x in row["groups"]]
     hc = sum(1 for x in gc if x["held"])
     lines.append(f"CNN / OCR / detection models (a group holds a Conv; {len(cnn)} models): {len(gc)} groups, {hc} held "
@@ -383,24 +408,48 @@ def _transformer_lines(rows: list[dict]) -> list[str]:
 
 
 def _latency_lines(rows: list[dict]) -> list[str]:
-    from fusionviz.bench.claims import speed_claim
-
     timed = [r for r in rows if "latency" in r]
     if not timed:
         return []
-    lines = ["", "latency, onnxruntime level all, 1 thread, interleaved paired rounds: ours@all / original@all",
-             f"  {'model':<28} {'original ms':>11} {'ours ms':>9}  ratio [95% interval]  verdict"]
+
+    def ci(lat: dict, key: str) -> str:
+        if lat.get(f"{key}ratio") is None:
+            return "-"
+        return f"{lat[f'{key}ratio']:.3f} [{lat[f'{key}ci_low']:.3f}, {lat[f'{key}ci_high']:.3f}]"
+
+    lines = ["", "latency, 1 thread, interleaved paired rounds, ratios against original @ORT all (95% intervals); "
+             "A/A: a second session of the original; verdict beyond the A/A noise",
+             f"  {'model':<28} {'orig ms':>9} {'ours ms':>9}  {'ours@all / orig@all':<24} {'verdict':<7} "
+             f"{'ours@off / orig@all':<24} {'verdict':<7} A/A"]
+    counts: dict[str, collections.Counter] = {"": collections.Counter(), "off_": collections.Counter()}
     for r in timed:
         lat = r["latency"]
         if "error" in lat:
             lines.append(f"  {r['model']:<28} error: {lat['error'][:100]}")
             continue
-        ci = (f"{lat['ratio']:.3f} [{lat['ci_low']:.3f}, {lat['ci_high']:.3f}]" if lat["ratio"] is not None
-              else "-")
-        claim = speed_claim(lat["ratio"], lat["ci_low"], lat["ci_high"], with_figures=False)
-        lines.append(f"  {r['model']:<28} {lat['original_ms']:>11.3f} {lat['ours_ms']:>9.3f}  {ci:<21} {claim}"
+        verdicts = {key: beyond_noise(lat, key) for key in counts}
+        for key, v in verdicts.items():
+            counts[key][v] += 1
+        lines.append(f"  {r['model']:<28} {lat['original_ms']:>9.3f} {lat['ours_ms']:>9.3f}  {ci(lat, ''):<24} "
+                     f"{verdicts['']:<7} {ci(lat, 'off_'):<24} {verdicts['off_']:<7} {ci(lat, 'aa_')}"
                      f"{'' if lat['verified'] else '  (outputs NOT verified)'}")
+    for key, label in (("", "ours@all"), ("off_", "ours@off")):
+        c = counts[key]
+        lines.append(f"  {label} vs original@all beyond noise: {c['faster']} faster, {c['same']} same, "
+                     f"{c['slower']} slower")
+    cnn = [r for r in timed if "error" not in r["latency"] and is_cnn(r)]
+    if cnn:
+        slow = [r["model"] for r in cnn if beyond_noise(r["latency"], "off_") == "slower"]
+        worst = max(cnn, key=lambda r: r["latency"].get("off_ratio") or 0.0)
+        lines.append(f"  CNN / OCR / detection models ({len(cnn)}): ours@off slower than original@all beyond noise on "
+                     f"{len(slow)}{': ' + ', '.join(slow) if slow else ''}; largest ratio {worst['model']} "
+                     f"{worst['latency'].get('off_ratio') or 0.0:.3f}")
     return lines
+
+
+def is_cnn(row: dict) -> bool:
+    """A CNN / OCR / detection model: one of its groups holds a Conv (the totals' definition)."""
+    return any("Conv" in op for x in row.get("groups", ()) for op in x["ops"])
 
 
 if __name__ == "__main__":
