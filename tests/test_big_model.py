@@ -170,6 +170,59 @@ def test_new_weights_the_passes_make_go_to_disk_within_a_command(tmp_path, monke
                                rtol=1e-5, atol=1e-5)
 
 
+def test_optimize_writes_the_new_weights_to_disk_and_removes_them_at_the_end(tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    from fusionviz import cli
+    from fusionviz.model_io import spill
+
+    made = []
+    real_open = spill.NewWeights._open
+
+    def recorded(self):
+        ok = real_open(self)
+        made.append(self.folder)
+        return ok
+
+    monkeypatch.setattr(spill.NewWeights, "_open", recorded)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("FUSIONVIZ_WEIGHTS_ON_DISK_MB", "0")
+    loaded, x = _fold_on_disk(tmp_path / "m")
+    out = tmp_path / "out" / "r.onnx"
+    assert cli.main(["optimize", loaded.source, "-o", str(out), "--passes", "fold_constants"]) == 0
+    assert "verify: equal" in capsys.readouterr().err
+    assert made and made[0] is not None and made[0].parent == tmp_path / "tmp"  # the folded weight went there
+    assert not any((tmp_path / "tmp").iterdir())  # and it is gone once the command is done
+    want = verify.run_model(verify.make_session(loaded.proto), {"x": x})["y"]
+    got = verify.run_model(verify.make_session(model_io.load_path(out).proto), {"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_new_weights_stay_in_memory_when_no_folder_can_be_made(tmp_path, monkeypatch):
+    import tempfile
+
+    from fusionviz.passes.pipeline import new_weights_on_disk
+
+    real = tempfile.mkdtemp
+
+    def mkdtemp(suffix=None, prefix=None, dir=None):
+        if prefix == "fusionviz_weights_":
+            raise PermissionError(13, "Permission denied")  # the temp folder cannot be written
+        return real(suffix, prefix, dir)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    loaded, x = _fold_on_disk(tmp_path / "m")
+    with new_weights_on_disk():
+        final = run_pipeline(loaded.proto, ["fold_constants"], keep_snapshots=False).final
+    wt = next(t for t in final.graph.initializer if t.name == "Wt")
+    assert wt.data_location != onnx.TensorProto.EXTERNAL and len(wt.raw_data) == 1 << 20
+    assert model_io.weights_dir(final) == str(tmp_path / "m")
+    want = verify.run_model(verify.make_session(loaded.proto), {"x": x})["y"]
+    np.testing.assert_allclose(verify.run_model(verify.make_session(final), {"x": x})["y"], want,
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_a_model_over_one_protobuf_message_goes_to_onnxruntime_as_a_saved_copy(tmp_path, monkeypatch):
     # stands for a result whose passes made over 2 GB of new tensors in memory
     from fusionviz.inputs import plan_inputs

@@ -79,7 +79,12 @@ class NewWeights:
     def _open(self) -> bool:
         if self.folder is not None or self.failed:
             return not self.failed
-        folder = Path(tempfile.mkdtemp(prefix="fusionviz_weights_")).resolve()
+        try:
+            folder = Path(tempfile.mkdtemp(prefix="fusionviz_weights_")).resolve()
+        except OSError as exc:  # no temp folder to write to
+            self.failed = True
+            logger.info("new weights stay in memory: no folder for them (%s)", exc)
+            return False
         source = Path(self.source).resolve()
         try:
             base = Path(os.path.commonpath([source, folder]))
