@@ -1,11 +1,12 @@
-"""`export-me MODEL [--passes a,b | --all] -o DIR [--time] [--error] [--shape ..] [--input ..] [--inputs F]`:
+"""`export-me MODEL [--passes a,b | --all] -o DIR [--time] [--openvino-time] [--error] [--shape ..] [--input ..] [--inputs F]`:
 the original and optimized graphs, their provenance and the per-node overlays, written in Google
 Model Explorer's graph JSON and node-data JSON (``graphview/model_explorer.py``).
 
 DIR gets ``graphs.json`` (one collection, graphs ``before`` and ``after``), ``node_data_change.json``
 (the change class), ``node_data_memory.json`` (bytes each node writes), and with ``--time``
-``node_data_time.json`` (median kernel time per node, onnxruntime's profiler, optimizer off) and with
-``--error`` ``node_data_error.json`` (largest max rel error of each after node's outputs). Open
+``node_data_time.json`` (median kernel time per node, onnxruntime's profiler, optimizer off), with
+``--openvino-time`` ``node_data_ov_time.json`` (each OpenVINO layer's time on every node it holds;
+a side OpenVINO cannot read is left out, with the reason printed) and with ``--error`` ``node_data_error.json`` (largest max rel error of each after node's outputs). Open
 ``graphs.json`` in Model Explorer, then load a node-data file to colour the nodes.
 """
 
@@ -24,6 +25,8 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write the JSON files into")
     p.add_argument("--time", action="store_true",
                    help="time every node of both graphs with onnxruntime's profiler (a few runs)")
+    p.add_argument("--openvino-time", action="store_true",
+                   help="compile both graphs with OpenVINO and export each layer's time on the nodes it holds")
     p.add_argument("--error", action="store_true",
                    help="compare every tensor of the two graphs and export each after node's error")
     common.add_input_args(p)
@@ -43,7 +46,13 @@ def run(args) -> int:
     loaded = common.load_model_arg(args.model)
     shapes = common.shapes_of(args) or None
     plan = None
-    if args.time or args.error:
+    if args.openvino_time:
+        from fusionviz.backends import get_backend
+
+        why = get_backend("openvino").quick_check()
+        if why:
+            raise errors.InputSpecError(f"--openvino-time needs OpenVINO: {why}")
+    if args.time or args.error or args.openvino_time:
         plan = common.input_plan_of(args, loaded.proto)
         common.say_inputs(plan)
     result = run_pipeline(loaded.proto, [p.name for p in passes], keep_snapshots=False, shapes=shapes)
@@ -61,6 +70,24 @@ def run(args) -> int:
         overlays["time"] = {s: time_overlay(t.times_ms) for s, t in times.items()}
     overlays["memory"] = {s: memory_overlay(m, shapes, times[s].output_bytes if s in times else None)
                           for s, m in (("before", before), ("after", after))}
+    skipped = []
+    if args.openvino_time:
+        from fusionviz.graphview.compiled import compile_executed_isolated
+        from fusionviz.graphview.overlays import openvino_time_overlay
+
+        feeds = plan.feeds("user" if plan.user_data else "normal")
+        got = {}
+        for side, model in (("before", before), ("after", after)):
+            common.progress(f"export-me: timing the {side} graph's OpenVINO layers")
+            try:
+                graph, _ = compile_executed_isolated(model, "openvino", layer_times=True, feeds=feeds,
+                                                     shapes={k: list(v.shape) for k, v in feeds.items()})
+            except errors.FusionvizError as exc:
+                skipped.append(f"ov_time ({side}): not exported: {exc}")
+                continue
+            got[side] = openvino_time_overlay(graph, model)
+        if got:
+            overlays["ov_time"] = got
     if args.error:
         from fusionviz.compare import ERROR_SCALE, compare_models
 
@@ -78,6 +105,8 @@ def run(args) -> int:
         for side, ov in by_side.items():
             if ov.note:
                 print(f"{kind} ({side}): {ov.note}")
+    for line in skipped:
+        print(line)
     if times:
         print("time: " + ", ".join(f"{s} {t.total_ms:.2f} ms in {len(t.times_ms):,} kernels" for s, t in times.items()))
     return 0
