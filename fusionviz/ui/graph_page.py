@@ -210,12 +210,14 @@ def _set_focus(name: str | None, side: str | None = None) -> None:
         _select(name, side)
 
 
-def _select(name: str | None, side: str | None) -> None:
-    """Rule 1: select node ``name`` of ``side``; the panes pan to it once."""
+def _select(name: str | None, side: str | None, keep_several: bool = False) -> None:
+    """Rule 1: select node ``name`` of ``side``; the panes pan to it once. A selection of several
+    is cleared unless ``keep_several`` (a link's focus comes with its selection)."""
     st.session_state[state.SELECTED] = name
     st.session_state[SEL_SIDE] = (name, side) if name else None
     st.session_state[REVEAL] = f"sel:{side}:{name}:{id(object())}"
-    selection_view.clear()  # one node again (selection_view rule 1)
+    if not keep_several:
+        selection_view.clear()  # one node again (selection_view rule 1)
 
 
 def selection(links: Links) -> tuple[str | None, str | None]:
@@ -291,7 +293,7 @@ def _focus_from_url() -> None:
     wanted = common.url_news(URL_PARAM, URL_FOCUS)
     if wanted:
         st.session_state[state.FOCUS] = wanted
-        _select(wanted, None)
+        _select(wanted, None, keep_several=True)
 
 
 def _focus_to_url() -> None:

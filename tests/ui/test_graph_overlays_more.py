@@ -60,3 +60,19 @@ def test_several_selected_nodes_are_one_table_with_totals_and_in_the_url(app, tm
     assert "conv1" in table and "relu2" in table and "writes" in table
     assert "Before</b>: 2 selected · in total: writes" in table
     assert any("Counterparts in the after pane" in m.value for m in app.markdown)
+
+
+def test_a_link_with_a_focus_and_several_selected_keeps_both(tmp_path):
+    from streamlit.testing.v1 import AppTest
+    from ui_helpers import APP, TIMEOUT
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    _open(at, tmp_path, ["fold_batchnorm"])
+    at.query_params["focus"] = "relu1"  # read by the page as news
+    at.session_state[state.GRAPH_OPTS] = {"collapse": True, "sel": ["before:conv1", "before:relu2"]}  # as init reads g.sel
+    at.switch_page("fusionviz/ui/graph_page.py").run()
+    assert not at.exception and errors_of(at) == []
+    assert at.session_state[state.FOCUS] == "relu1"
+    assert at.session_state[state.SELECTED] == "conv1"
+    assert at.query_params["g.sel"] == ["before:conv1", "before:relu2"] and at.query_params["focus"] == "relu1"
+    assert any("2 nodes selected" in m.value for m in at.markdown)
