@@ -49,19 +49,21 @@ _NEW_WEIGHTS_ON_DISK: contextvars.ContextVar[list | None] = contextvars.ContextV
 
 
 @contextlib.contextmanager
-def new_weights_on_disk():
+def new_weights_on_disk(owned: list | None = None):
     """Within: runs on a model whose weights stay on disk write the large tensors the passes make
     to disk (``fusionviz.model_io`` rule 10); the files are removed when the block ends, so the
-    models made within are used within (the CLI's ``optimize`` saves its result there)."""
+    models made within are used within (the CLI's ``optimize`` saves its result there). Given
+    ``owned``, the folders written are appended to it and kept: the caller removes them (the
+    app, when no cached result reads them any more)."""
     import shutil
 
-    folders: list = []
+    folders: list = [] if owned is None else owned
     token = _NEW_WEIGHTS_ON_DISK.set(folders)
     try:
         yield
     finally:
         _NEW_WEIGHTS_ON_DISK.reset(token)
-        for folder in folders:
+        for folder in folders if owned is None else ():
             shutil.rmtree(folder, ignore_errors=True)
 
 

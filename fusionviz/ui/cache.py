@@ -32,6 +32,11 @@ Rules:
    result computed on top of it is dropped, and the model's revision goes up (:func:`keyed_sha`:
    part of every key computed from a result, so nothing derived from the replaced one is
    reused); that model's later runs are checked before they are shown.
+8. With weights on disk, the large tensors a run's passes make (a fused attention's packed
+   weights) are written to a data file of the run's own and memory-mapped (``fusionviz.model_io``
+   rule 10), so the snapshots share them instead of each holding a copy; the cache adopts the
+   run's folder, counts its bytes once against ``FUSIONVIZ_PIPELINE_CACHE_DISK_MB`` (4096), and
+   removes it when no cached result reads it any more.
 """
 
 from __future__ import annotations
@@ -41,10 +46,12 @@ import functools
 import hashlib
 import logging
 import os
+import shutil
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import onnx
@@ -111,14 +118,18 @@ def held_model(ref: str) -> tuple[LoadedModel, dict] | None:
 
 class _PipelineCache:
     """Rule 3 and 5: PipelineResults per (sha, passes, shapes), least recently used out first,
-    bounded by entries and by the bytes of the distinct models they hold (prefixes share their
-    snapshots, so a model is counted once however many entries hold it)."""
+    bounded by entries, by the bytes of the distinct models they hold (prefixes share their
+    snapshots, so a model is counted once however many entries hold it) and by the bytes of the
+    new-weight files (rule 8) those models read, each file once."""
 
-    def __init__(self, max_entries: int, max_bytes: int) -> None:
+    def __init__(self, max_entries: int, max_bytes: int, max_disk_bytes: int | None = None) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.max_disk_bytes = max_disk_bytes
         self._data: OrderedDict[tuple, Any] = OrderedDict()
-        self._bytes: dict[int, int] = {}  # id(model) -> ByteSize, for models the entries hold
+        self._bytes: dict[int, int] = {}  # id(model) -> held_bytes, for models the entries hold
+        self._reads: dict[int, frozenset[str]] = {}  # id(model) -> the adopted folders it reads
+        self._folders: dict[str, int] = {}  # adopted new-weight folder -> its bytes on disk
         self._lock = threading.Lock()
         self._busy: dict[tuple, threading.Lock] = {}
 
@@ -139,30 +150,70 @@ class _PipelineCache:
         with self._lock:
             new = [m for k, m in sizes.items() if k not in self._bytes]
         measured = {id(m): held_bytes(m) for m in new}  # outside the lock: a few ms per model
+        reads = {id(m): weight_folders(m) for m in new}
         with self._lock:
             self._bytes.update(measured)
+            self._reads.update(reads)
             self._data[key] = result
             self._data.move_to_end(key)
             self._busy.pop(key, None)
-            while True:
-                held = {id(s.model) for r in self._data.values() for s in r.snapshots}
-                self._bytes = {k: v for k, v in self._bytes.items() if k in held}
-                total = sum(self._bytes.values())
-                if len(self._data) <= 1 or (len(self._data) <= self.max_entries and total <= self.max_bytes):
-                    break
-                self._data.popitem(last=False)
+            unread = self._evict()
+        _remove(unread)
+
+    def adopt(self, folders: Sequence) -> None:
+        """Rule 8: the new-weight folders of a run whose results are cached: removed (and no longer
+        counted) once no cached result reads them."""
+        sizes = {str(f): _folder_bytes(f) for f in folders}
+        with self._lock:
+            self._folders.update(sizes)
+            unread = self._evict()
+        _remove(unread)
+
+    def _evict(self) -> list[str]:
+        """Under the lock: drop the oldest entries until the bounds hold (the newest entry always
+        stays); the adopted folders no entry reads any more, for removal outside the lock."""
+        while True:
+            held = {id(s.model): s.model for r in self._data.values() for s in r.snapshots}
+            self._bytes = {k: v for k, v in self._bytes.items() if k in held}
+            total = sum(self._bytes.values())
+            disk = sum(self._folders.get(f, 0) for f in self._read_folders(held))
+            within = (len(self._data) <= self.max_entries and total <= self.max_bytes
+                      and (self.max_disk_bytes is None or disk <= self.max_disk_bytes))
+            if len(self._data) <= 1 or within:
+                break
+            self._data.popitem(last=False)
+        read = self._read_folders(held)
+        unread = [f for f in self._folders if f not in read]
+        for f in unread:
+            del self._folders[f]
+        self._reads = {k: v for k, v in self._reads.items() if k in held}
+        return unread
+
+    def _read_folders(self, held: dict[int, onnx.ModelProto]) -> set[str]:
+        out: set[str] = set()
+        for m_id, model in held.items():
+            got = self._reads.get(m_id)
+            if got is None:
+                got = self._reads[m_id] = weight_folders(model)
+            out |= got & self._folders.keys()
+        return out
 
     def discard(self, which: Callable[[tuple], bool]) -> None:
         """Drop the entries whose key ``which`` selects."""
         with self._lock:
             for key in [k for k in self._data if which(k)]:
                 del self._data[key]
-            held = {id(s.model) for r in self._data.values() for s in r.snapshots}
-            self._bytes = {k: v for k, v in self._bytes.items() if k in held}
+            unread = self._evict()
+        _remove(unread)
 
     def held_bytes(self) -> int:
         with self._lock:
             return sum(self._bytes.values())
+
+    def disk_bytes(self) -> int:
+        """Bytes of the adopted new-weight folders the cached results read."""
+        with self._lock:
+            return sum(self._folders.values())
 
     def __len__(self) -> int:
         return len(self._data)
@@ -171,6 +222,35 @@ class _PipelineCache:
         with self._lock:
             self._data.clear()
             self._bytes.clear()
+            self._reads.clear()
+            unread, self._folders = list(self._folders), {}
+        _remove(unread)
+
+
+def weight_folders(model: onnx.ModelProto) -> frozenset[str]:
+    """The folders ``model``'s on-disk initializers are read from (rule 8 looks for its own)."""
+    base = model_io.weights_dir(model)
+    if base is None:
+        return frozenset()
+    out = set()
+    for t in model.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            for e in t.external_data:
+                if e.key == "location":
+                    out.add(os.path.normpath(os.path.join(base, os.path.dirname(e.value))))
+    return frozenset(out)
+
+
+def _folder_bytes(folder) -> int:
+    try:
+        return sum(p.stat().st_size for p in Path(folder).iterdir() if p.is_file())
+    except OSError:
+        return 0
+
+
+def _remove(folders: Sequence[str]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def held_bytes(model: onnx.ModelProto) -> int:
@@ -199,7 +279,15 @@ def _pipeline_cache_mb() -> int:
         return 512
 
 
-PIPELINES = _PipelineCache(max_entries=96, max_bytes=_pipeline_cache_mb() * 2**20)
+def _pipeline_disk_mb() -> int:
+    try:
+        return max(64, int(os.environ.get("FUSIONVIZ_PIPELINE_CACHE_DISK_MB", "") or 4096))
+    except ValueError:
+        return 4096
+
+
+PIPELINES = _PipelineCache(max_entries=96, max_bytes=_pipeline_cache_mb() * 2**20,
+                           max_disk_bytes=_pipeline_disk_mb() * 2**20)
 
 
 def pipeline(sha: str, passes: tuple[str, ...], shapes: tuple, _proto: onnx.ModelProto):
@@ -223,7 +311,7 @@ def pipeline(sha: str, passes: tuple[str, ...], shapes: tuple, _proto: onnx.Mode
 
 
 def _extend(sha: str, passes: tuple[str, ...], shapes: tuple, proto: onnx.ModelProto):
-    from fusionviz.passes.pipeline import run_pipeline
+    from fusionviz.passes.pipeline import new_weights_on_disk, run_pipeline
 
     base = None
     for k in range(len(passes) - 1, -1, -1):  # the longest cached prefix
@@ -236,8 +324,11 @@ def _extend(sha: str, passes: tuple[str, ...], shapes: tuple, proto: onnx.ModelP
         if not passes:
             return base
     later = _check_later(sha, proto)
-    step = run_pipeline(base.final, list(passes[k:]), validate=not later)
+    folders: list = []
+    with new_weights_on_disk(folders):  # rule 8
+        step = run_pipeline(base.final, list(passes[k:]), validate=not later)
     out = _chain(sha, passes, shapes, base, k, step)
+    PIPELINES.adopt(folders)
     if later and any(r.changes for r in step.reports):
         _start_check(sha, passes, shapes, base, k, step)
     return out

@@ -174,3 +174,52 @@ def test_models_in_memory_are_checked_before_they_are_shown(with_bad_pass):
 def test_check_later_can_be_switched_off(on_disk, monkeypatch):
     monkeypatch.setenv("FUSIONVIZ_CHECK_LATER", "0")
     assert not cache._check_later(on_disk.sha256, on_disk.proto)
+
+
+# ------------------------------------------------------------------ new weights on disk (rule 8)
+
+
+class _NewWeight(Pass):
+    """Makes a new large weight: the MatMul reads twice its weight from a new initializer."""
+
+    name = "test_new_weight"
+    title = "test: a new large weight"
+    category = Category.FUSE
+    order = 202
+
+    def transform(self, model: ir.Model):
+        from fusionviz.passes.base import Change, ChangeKind, Outcome
+
+        mm = next(n for n in model.graph if n.op_type == "MatMul")
+        old = mm.inputs[1]
+        new = ir.Value(name="W2", type=old.type, shape=old.shape,
+                       const_value=ir.tensor(old.const_value.numpy() * 2, name="W2"))
+        model.graph.register_initializer(new)
+        mm.replace_input_with(1, new)
+        return Outcome(changes=(Change(ChangeKind.CHANGED, self.name, (), (), (), (), "weight doubled"),))
+
+
+@pytest.fixture()
+def with_new_weight(monkeypatch):
+    passes = registry.all_passes() + [_NewWeight()]
+    passes.sort(key=lambda p: getattr(p, "order", 1000))
+    monkeypatch.setattr(registry, "_CACHE", passes)
+
+
+def test_new_weights_go_to_a_folder_the_cache_counts_once_and_removes(on_disk, with_new_weight, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setenv("FUSIONVIZ_CHECK_LATER", "0")
+    weight = WEIGHT[0] * WEIGHT[1] * 4
+    got = cache.pipeline(on_disk.sha256, ("eliminate_identity", "test_new_weight"), (), on_disk.proto)
+    assert got.reports[-1].status == "applied"
+    final = got.final
+    assert cache.held_bytes(final) < 16_384  # the new weight is read from disk, not held
+    folders = [Path(f) for f in cache.weight_folders(final)]
+    new = [f for f in folders if f.name.startswith("fusionviz_weights_")]
+    assert len(new) == 1 and new[0].is_dir()
+    assert weight <= cache.PIPELINES.disk_bytes() < 2 * weight  # once, though two entries read it
+    w2 = next(t for t in final.graph.initializer if t.name == "W2")
+    assert w2.data_location == onnx.TensorProto.EXTERNAL
+    cache.PIPELINES.clear()  # nothing reads the folder any more
+    assert not new[0].exists()
