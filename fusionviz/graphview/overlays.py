@@ -316,3 +316,31 @@ def body_time_overlay(whole: onnx.ModelProto, body: onnx.ModelProto, inner_ms: M
             f"run of each kernel; a Loop body's node: one iteration); {len(keys) - len(have):,} did not run on these "
             "inputs or share a name")
     return body_overlay(time_overlay({}), keys, named, note=note)
+
+
+def unattributed_kernels(model: onnx.ModelProto, inner_ms: Mapping[str, float]) -> tuple[int, float]:
+    """Rule 2: (how many, total ms) of the profiled kernels that are no node of ``model`` nor of its
+    bodies: onnxruntime expands function ops (HardSwish into HardSigmoid + Mul, named
+    ``HardSigmoid_115``) even with its optimizer off, and those kernels have no node to colour."""
+    names = set(node_keys_everywhere(model))
+    got = [v for k, v in inner_ms.items() if k not in names]
+    return len(got), float(sum(got))
+
+
+def node_keys_everywhere(model: onnx.ModelProto) -> list[str]:
+    """Main-graph node keys, then every body node's name (bodies nested at any depth)."""
+    from fusionviz.graphview.model_graph import node_keys
+
+    out = list(node_keys(model.graph.node))
+    stack = [model.graph]
+    while stack:
+        g = stack.pop()
+        for n in g.node:
+            if g is not model.graph and n.name:
+                out.append(n.name)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    stack.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    stack.extend(a.graphs)
+    return out

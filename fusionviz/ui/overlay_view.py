@@ -153,9 +153,18 @@ def _main(kind: str, inputs: Any, key: tuple, before: onnx.ModelProto, after: on
     times, why = _times(key, inputs, before, after)
     if why:
         return {}, why
-    return {s: time_overlay(t.times_ms, f"{t.total_ms:.3g} ms in {len(t.times_ms):,} kernels (median of "
-                                        f"{t.runs} runs, {t.threads} thread, onnxruntime's optimizer off)")
-            for s, t in times.items()}, None
+    from fusionviz.graphview.overlays import unattributed_kernels
+
+    out = {}
+    for s, t in times.items():
+        note = (f"{t.total_ms:.3g} ms in {len(t.times_ms):,} kernels (median of {t.runs} runs, {t.threads} thread, "
+                "onnxruntime's optimizer off)")
+        n, ms = unattributed_kernels(before if s == "before" else after, t.inner_ms)
+        if n:
+            note += (f"; {ms:.3g} ms in {n:,} kernels onnxruntime made itself (function ops it expands, e.g. "
+                     "HardSwish into HardSigmoid + Mul) have no node to colour")
+        out[s] = time_overlay(t.times_ms, note)
+    return out, None
 
 
 def _times(key: tuple, inputs: Any, before: onnx.ModelProto, after: onnx.ModelProto) -> tuple[dict, str | None]:

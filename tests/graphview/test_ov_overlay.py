@@ -195,3 +195,26 @@ def test_cli_export_me_writes_the_openvino_overlay(run_cli, tmp_path):
     assert r.code == 0, r.stderr
     assert "ov_time (after): not exported:" in r.stdout and "FusedConv" in r.stdout
     assert set(json.loads((out2 / "node_data_ov_time.json").read_text())) == {"before"}
+
+
+def test_kernels_onnxruntime_made_from_a_function_op_are_counted_not_lost():
+    import numpy as np
+    import onnx
+    import onnx.parser
+
+    from fusionviz.graphview.overlays import unattributed_kernels
+    from fusionviz.profile import node_times
+
+    m = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[1,8] x) => (float[1,8] y) {
+        h = HardSwish (x)
+        y = Relu (h)
+    }
+    """)
+    m.graph.node[0].name, m.graph.node[1].name = "hs", "relu"
+    t = node_times(m, {"x": np.ones((1, 8), np.float32)}, runs=2)
+    n, ms = unattributed_kernels(m, t.inner_ms)
+    # onnxruntime expands HardSwish (a function op) into HardSigmoid + Mul of its own names
+    assert "hs" not in t.times_ms and "relu" in t.times_ms
+    assert n == 2 and ms == pytest.approx(sum(t.inner_ms.values()))
