@@ -770,6 +770,9 @@ def body() -> None:
     _blocks(view_box, rendered)
     if side_box is None:
         with st.expander("Node details: both sides", expanded=bool(sel)):
+            chosen = selection_view.items(selection(links))
+            if len(chosen) >= 2:  # several selected: their table first (panel_view rule 5)
+                panel_view.several(chosen, diff, links, pair_ovl)
             try:
                 _details(before, after, links, key)
             except errors.FusionvizError as exc:

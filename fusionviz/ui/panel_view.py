@@ -172,7 +172,7 @@ def draw(height: int, models: dict[str, onnx.ModelProto], pair_key: tuple, diff:
     chosen = selection_view.items(selection)
     if len(chosen) >= 2:
         with box:
-            _several(chosen, diff, links, overlays)
+            several(chosen, diff, links, overlays)
             st.divider()
             st.markdown(f"**First selected** · {side}")
             try:
@@ -250,7 +250,7 @@ def table_html(table: Any) -> str:
     return "".join(out)
 
 
-def _several(chosen: Sequence[tuple[str, str]], diff: Any, links: Any, overlays: dict[str, dict]) -> None:
+def several(chosen: Sequence[tuple[str, str]], diff: Any, links: Any, overlays: dict[str, dict]) -> None:
     """Rule 5: the table of the selection, then its counterparts with their totals."""
     from fusionviz.graphview.panel import selection_table, totals
     from fusionviz.ui import selection_view

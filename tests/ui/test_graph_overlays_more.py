@@ -76,3 +76,16 @@ def test_a_link_with_a_focus_and_several_selected_keeps_both(tmp_path):
     assert at.session_state[state.SELECTED] == "conv1"
     assert at.query_params["g.sel"] == ["before:conv1", "before:relu2"] and at.query_params["focus"] == "relu1"
     assert any("2 nodes selected" in m.value for m in at.markdown)
+
+
+def test_without_the_side_panel_several_selected_are_listed_below(app, tmp_path):
+    _open(app, tmp_path, ["fold_batchnorm"])
+    goto(app, "graph")
+    app.toggle(key="graph_panel_on").set_value(False).run()
+    opts = dict(app.session_state[state.GRAPH_OPTS])
+    opts["sel"] = ["before:conv1", "after:conv2"]
+    app.session_state[state.GRAPH_OPTS] = opts
+    app.run()
+    assert not app.exception and errors_of(app) == []
+    assert any("2 nodes selected" in m.value for m in app.markdown)
+    assert any("<table class='fv-sel'>" in m.value for m in app.markdown)
