@@ -12,10 +12,25 @@ import sys
 import time
 
 import pytest
-from conftest import ARTIFACTS, ROOT, assert_clean, fresh_server, wait_idle
+from conftest import ARTIFACTS, ROOT, assert_clean, fresh_server, nav, wait_idle
 from test_browser import graph_nodes
 
+from fusionviz.passes import get_pass
+
 pytestmark = pytest.mark.e2e
+
+# The text of every drawn graph node (labels included), page and component iframes.
+TEXT_JS = """
+() => {
+  const docs = [document];
+  for (const f of document.querySelectorAll('iframe')) {
+    try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
+  }
+  const out = [];
+  for (const d of docs) for (const g of d.querySelectorAll('svg g.node')) out.push(g.textContent);
+  return out;
+}
+"""
 
 LAYERS = 10
 DIM = 2048  # 16 MB per weight: 10 layers hold ~168 MB of external data
@@ -77,5 +92,49 @@ def test_open_a_big_model_by_path_and_draw_its_graph(big_model, browser):
             assert any("layer0" in t for t in titles) and any("layer9" in t for t in titles), titles[:20]
             page.screenshot(path=str(ARTIFACTS / "open_by_path_graph.png"))
             print(f"opened in {loaded_s:.1f} s, graph drawn {time.monotonic() - t0:.1f} s after Open")
+        finally:
+            ctx.close()
+
+
+def test_weights_on_disk_graph_first_then_checked_and_toggled(big_model, browser):
+    """With the weights on disk (the threshold lowered below the model's 168 MB) the result is
+    drawn before its validity check, which then runs under the page and ends; on the Passes page a
+    pass toggled off and on again draws the result computed before."""
+    from fusionviz.ui.common import CHECKING_WORDS
+
+    folder, path = big_model
+    env = {"FUSIONVIZ_OPEN_PATHS": str(folder), "FUSIONVIZ_PREFETCH": "0", "FUSIONVIZ_WEIGHTS_ON_DISK_MB": "16"}
+    with fresh_server("--sample", "textbook", name="open_by_path_on_disk", env=env) as url:
+        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+        page = ctx.new_page()
+        page.set_default_timeout(60_000)
+        try:
+            page.goto(url + "/model")
+            wait_idle(page)
+            page.get_by_role("textbox", name="Path of an .onnx file, a .zip or a model folder on the server").fill(
+                str(path.relative_to(folder)))
+            page.locator('[data-testid="stForm"]').get_by_role("button", name="Open").click()
+            page.get_by_text("Summary: big.onnx").wait_for(timeout=90_000)
+            wait_idle(page)
+            page.get_by_role("button", name="See the graph before / after →").click()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not any("layer9" in t for t in graph_nodes(page)):
+                time.sleep(0.2)
+            wait_idle(page)  # the check has run and the page ran again
+            assert_clean(page)
+            assert page.get_by_text(CHECKING_WORDS).count() == 0
+            drawn = graph_nodes(page)
+            assert any("layer0" in t for t in drawn) and any("layer9" in t for t in drawn), drawn[:20]
+            nav(page, "Passes")
+            before = page.evaluate(TEXT_JS)
+            title = get_pass("eliminate_identity").title
+            for back_on in (False, True):
+                page.get_by_text(title, exact=True).click()
+                wait_idle(page)
+                assert_clean(page)
+                assert page.get_by_text(CHECKING_WORDS).count() == 0
+                # Off: the Identity is drawn again; back on: the result computed before, drawn again.
+                assert (page.evaluate(TEXT_JS) == before) is back_on
+            page.screenshot(path=str(ARTIFACTS / "open_by_path_on_disk_passes.png"))
         finally:
             ctx.close()
