@@ -151,7 +151,7 @@ def diff_changes(before: list[NodeRecord], model: ir.Model, pass_name: str,
         return changes
 
     if hint is not None:
-        return changes + _hinted_changes(removed, new, hint, pass_name)
+        return changes + _hinted_changes(removed, new, hint, pass_name, before)
 
     after_values = _value_names(model, after_nodes)
     before_values: set[str] = set()
@@ -236,11 +236,25 @@ def diff_changes(before: list[NodeRecord], model: ir.Model, pass_name: str,
     return changes
 
 
-def _hinted_changes(removed: list[NodeRecord], new: list[NodeRecord], hint, pass_name: str) -> list[Change]:
+#: ops all of whose inputs are data (no shape or axes input): which one a fusion absorbed it
+#: through is the one only it read
+_DATA_INPUTS_ONLY = frozenset({"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Mean", "Pow", "PRelu"})
+
+
+def _hinted_changes(removed: list[NodeRecord], new: list[NodeRecord], hint, pass_name: str,
+                    before: Sequence[NodeRecord] = ()) -> list[Change]:
     """Grouping for passes that rebuild the model and say which original tensor each new node
     stands for: new node(s) ← producer of that tensor; a removed node without a counterpart joins
-    the new node that took over its first input's producer (e.g. an Add+Relu absorbed by a Conv);
-    new nodes without a hint (layout reorders) are 'added'."""
+    the new node that took over the producer of its first input (e.g. an Add+Relu absorbed by a
+    Conv), or, for an element-wise op, of an input it was the only reader of (a fusion takes in
+    only what nothing else reads: the residual Add of ``Add(x, conv(y))`` is absorbed by the
+    Conv, not by whatever made the shortcut ``x``); new nodes without a hint (layout reorders)
+    are 'added'."""
+    readers: dict[str, int] = {}
+    for r in before:
+        for i in set(r.inputs):
+            if i:
+                readers[i] = readers.get(i, 0) + 1
     by_out = {o: r for r in removed for o in r.outputs if o}
     by_in: dict[str, list[NodeRecord]] = {}
     for r in removed:
@@ -272,7 +286,13 @@ def _hinted_changes(removed: list[NodeRecord], new: list[NodeRecord], hint, pass
     # input (the first) and the consumers only, then through any input. A shape computation
     # shared by several blocks (a Reshape target) then cannot pull a later block's nodes into the
     # first block's change before they are reached through their own data path.
-    phases = (lambda r: by_producer(r, r.inputs[:1]) or by_consumer(r), lambda r: by_producer(r, r.inputs))
+    def sole(r: NodeRecord) -> list[str]:  # every input of an element-wise op is data; of others, the first
+        if r.op not in _DATA_INPUTS_ONLY:
+            return []
+        return [i for i in r.inputs if i and readers.get(i) == 1]
+
+    phases = (lambda r: by_producer(r, sole(r)) or by_producer(r, r.inputs[:1]) or by_consumer(r),
+              lambda r: by_producer(r, r.inputs))
     for find in phases:
         for _ in range(len(pending) + 1):
             still = []

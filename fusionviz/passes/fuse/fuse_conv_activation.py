@@ -16,17 +16,18 @@ Rules (the code points back to them):
    as ``fuse_hardswish`` leaves it) → ``FusedConv(activation="HardSwish")``: a contrib op, so
    the model's opset does not matter.
 4. Conv + SiLU has no kernel: a ``no_kernel`` near miss says so at each site.
-5. Rule 2 leaves a Conv alone that onnxruntime runs in its NCHWc blocked layout on this CPU
-   (asked, not predicted: the graph it builds at level all from the model as it is is
-   captured, as ``nchwc_layout`` does; there such a Conv is the ``com.microsoft.nchwc.Conv``
-   named ``<conv output>_nchwc``). onnxruntime's NCHWc Conv adds a residual that is in the
-   blocked layout too and applies the activation itself; a ``FusedConv`` with a sum input is
-   not taken into that layout, so it runs in NCHW between reorders and, in a chain of residual
-   blocks, takes the next blocks' residuals out of the layout with it: slower at level all and
-   in ``nchwc_layout``'s capture (a CRNN with 7 such sites: 1.04x the original's time at level
-   all with them, 1.00x without). Convs onnxruntime keeps in NCHW (1-D, channel counts it does
-   not block, a CPU without NCHWc kernels) still take rule 2; a failed capture leaves rule 2
-   as it was.
+5. Rule 2 leaves a residual Add alone that onnxruntime itself takes into an NCHWc Conv on this
+   CPU (asked, not predicted: the graph it builds at level all from the model as it is is
+   captured, as ``nchwc_layout`` does; there a Conv it rewrote is the ``com.microsoft.nchwc.Conv``
+   named ``<conv output>_nchwc``, and it took the Add in when it has a sum input). onnxruntime's
+   NCHWc Conv adds the residual and applies the activation in its blocked layout; a
+   ``FusedConv`` with a sum input is not taken into that layout, runs in NCHW between reorders
+   and takes the next residual blocks out of the layout with it: slower at level all and in
+   ``nchwc_layout``'s capture (a CRNN with 7 such sites: 1.04x the original's time at level
+   all with them, 1.00x without). The judgement is per Add: when onnxruntime takes it into the
+   Conv on one side, the Conv on the other side does not take it either. Where onnxruntime
+   keeps the Add apart (a residual outside the blocked layout, a 1-D Conv, a CPU without NCHWc
+   kernels) rule 2 applies; a failed capture leaves rule 2 as it was.
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def _sum_table(model: ir.Model) -> dict[int, dict[int, tuple[str, str, str] | No
         return {}
     infer_shapes_if_needed(model, [v for n in adds for v in n.inputs])
     keys = DimKeys(model.graph)
-    blocked: set[str] | None = None  # rule 5, asked once there is a site it could decide
+    absorbed: set[str] | None = None  # rule 5, asked once there is a site it could decide
     table: dict[int, dict[int, tuple[str, str, str] | None]] = {}
     for add in adds:
         for i, v in enumerate(add.inputs):
@@ -225,9 +226,9 @@ def _sum_table(model: ir.Model) -> dict[int, dict[int, tuple[str, str, str] | No
             z = add.inputs[1 - i]
             why = keys.why_not_same(v, z)
             if why is None:
-                if blocked is None:
-                    blocked = nchwc_blocked(model)
-                if v.name in blocked:
+                if absorbed is None:
+                    absorbed = nchwc_absorbed(model)
+                if any(u is not None and u.name in absorbed for u in add.inputs):  # per Add (rule 5)
                     table.setdefault(id(add), {})[i] = NCHWC_SUM
                     continue
             if why is None:
@@ -245,15 +246,15 @@ def _sum_table(model: ir.Model) -> dict[int, dict[int, tuple[str, str, str] | No
 
 
 #: Rule 5's reason (the near miss's whole text: it is not about the sum input's shape)
-NCHWC_SUM = ("onnxruntime runs this Conv in its NCHWc blocked layout on this CPU, where it adds a blocked residual "
-             "itself; a FusedConv with a sum input stays in NCHW between reorders there, which runs slower",
-             "nchwc_layout (or onnxruntime at level all) fuses this Conv + Add itself when the residual is blocked too",
-             "condition")
+NCHWC_SUM = ("onnxruntime takes this residual Add into an NCHWc Conv (its blocked layout) on this CPU; a FusedConv "
+             "with a sum input stays in NCHW between reorders there, which runs slower",
+             "nchwc_layout (or onnxruntime at level all) fuses this Conv + Add itself", "condition")
 
 
-def nchwc_blocked(model: ir.Model) -> set[str]:
-    """Rule 5: the output names of the Convs onnxruntime turns into NCHWc Convs at level all on
-    this CPU, read from the graph it builds from ``model``; empty when that capture fails."""
+def nchwc_absorbed(model: ir.Model) -> set[str]:
+    """Rule 5: the output names of the Convs that onnxruntime, at level all on this CPU, turns
+    into an NCHWc Conv with a sum input (the residual Add taken in), read from the graph it
+    builds from ``model``; empty when that capture fails."""
     from fusionviz.model_io import weights_dir
     from fusionviz.passes.facts import onnx_opset
     from fusionviz.passes.layout.nchwc_layout import NCHWC, capture_ort_bytes, disabled_fusions
@@ -266,7 +267,8 @@ def nchwc_blocked(model: ir.Model) -> set[str]:
         logger.info("fuse_conv_activation: onnxruntime's layout capture failed (%s); rule 2 as is", exc)
         return set()
     return {n.name[: -len("_nchwc")] for n in onnx.ModelProto.FromString(data).graph.node
-            if n.domain == NCHWC and n.op_type == "Conv" and n.name.endswith("_nchwc")}
+            if n.domain == NCHWC and n.op_type == "Conv" and n.name.endswith("_nchwc")
+            and len(n.input) > 3 and n.input[3]}
 
 
 class FuseConvActivation(Pass, name="fuse_conv_activation", category=Category.FUSE, order=260,

@@ -25,7 +25,7 @@ def nchw_cpu(request, monkeypatch):
     """Rules 1-4 as on a CPU where onnxruntime leaves every Conv in NCHW (rule 5 finds nothing);
     the rule 5 tests below ask onnxruntime for real."""
     if "rule5" not in request.node.name:
-        monkeypatch.setattr(fca, "nchwc_blocked", lambda model: set())
+        monkeypatch.setattr(fca, "nchwc_absorbed", lambda model: set())
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -233,16 +233,16 @@ def _resnet_stage_16() -> onnx.ModelProto:
                  **{f"B{i}": rand(16, seed=10 + i) for i in range(4)})
 
 
-def _blocked_here(model: onnx.ModelProto) -> set[str]:
+def _absorbed_here(model: onnx.ModelProto) -> set[str]:
     from fusionviz.passes.pipeline import to_ir
 
-    return fca.nchwc_blocked(to_ir(model))
+    return fca.nchwc_absorbed(to_ir(model))
 
 
-def test_rule5_a_conv_onnxruntime_runs_in_nchwc_keeps_its_residual_add():
+def test_rule5_a_residual_add_onnxruntime_takes_into_an_nchwc_conv_is_left_to_it():
     model = _resnet_stage_16()
-    if "c2" not in _blocked_here(model):
-        pytest.skip("onnxruntime keeps this Conv in NCHW on this CPU (no NCHWc kernels): rule 5 has nothing to do")
+    if "c2" not in _absorbed_here(model):
+        pytest.skip("onnxruntime keeps this Add apart on this CPU (no NCHWc kernels): rule 5 has nothing to do")
     result = run_pipeline(model, ["fuse_conv_activation"])
     assert not any(len(n.input) == 4 for n in _fused(result.final))  # no sum input
     assert ops(result.final).count("Add") == 1 and ops(result.final).count("FusedConv") == 2  # rule 1 still applies
@@ -254,15 +254,15 @@ def test_rule5_a_conv_onnxruntime_runs_in_nchwc_keeps_its_residual_add():
 def test_rule5_nchwc_layout_then_holds_the_residual_add_in_its_blocked_conv():
     """What rule 5 leaves is what onnxruntime's layout takes: no Add and no FusedConv stay."""
     model = _resnet_stage_16()
-    if "c2" not in _blocked_here(model):
-        pytest.skip("onnxruntime keeps this Conv in NCHW on this CPU (no NCHWc kernels)")
+    if "c2" not in _absorbed_here(model):
+        pytest.skip("onnxruntime keeps this Add apart on this CPU (no NCHWc kernels)")
     result = run_pipeline(model, ["fuse_conv_activation", "nchwc_layout"])
     assert "Add" not in ops(result.final) and "FusedConv" not in ops(result.final)
     assert sum(1 for n in result.final.graph.node if n.domain == "com.microsoft.nchwc" and n.op_type == "Conv") == 4
     _assert_equal(result)
 
 
-def test_rule5_a_conv_onnxruntime_keeps_in_nchw_still_takes_rule_2():
+def test_rule5_an_add_onnxruntime_keeps_apart_still_takes_rule_2():
     """A 1-D Conv has no NCHWc kernel: its residual Add still goes into FusedConv's sum input."""
     text = """
 <ir_version: 8, opset_import: ["" : 17]>
@@ -272,8 +272,27 @@ g (float[1,16,20] x) => (float[1,16,20] y) {
   y = Relu (s)
 }"""
     model = build(text, W=rand(16, 16, 3), B=rand(16))
-    assert "c" not in _blocked_here(model)
+    assert "c" not in _absorbed_here(model)
     result = run_pipeline(model, ["fuse_conv_activation"])
     (fused,) = _fused(result.final)
     assert list(fused.input)[3] == "x" and ops(result.final) == ["FusedConv"]
+    _assert_equal(result)
+
+
+def test_rule5_the_blocked_conv_that_took_the_add_is_credited_with_it():
+    """Paddle writes the shortcut first (``Add(x, conv(y))``): the Add is credited to the NCHWc
+    Conv that took it in (it was the only reader of that Conv's output), not to the node that
+    made the shortcut."""
+    model = build(RESNET_STAGE_16.replace("s = Add (c2, r0)", "s = Add (r0, c2)"),
+                  **{f"W{i}": rand(16, 16, 3, 3, seed=i) for i in range(4)}, **{f"B{i}": rand(16, seed=10 + i)
+                                                                               for i in range(4)})
+    if "c2" not in _absorbed_here(model):
+        pytest.skip("onnxruntime keeps this Add apart on this CPU (no NCHWc kernels)")
+    result = run_pipeline(model, ["fuse_conv_activation", "nchwc_layout"])
+    add = next(n.name for n in result.original.graph.node if n.op_type == "Add")
+    holders = {n.name: [n.input[i] for i in range(len(n.input))]
+               for n in result.final.graph.node
+               if add in next((p.value for p in n.metadata_props if p.key == "fusionviz.sources"), "").split(",")}
+    (inputs,) = holders.values()
+    assert len(inputs) == 4 and inputs[3]  # the Conv with the sum input
     _assert_equal(result)
