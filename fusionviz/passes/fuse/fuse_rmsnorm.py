@@ -7,7 +7,7 @@ where no ONNX opset has it, so the ONNX checker rejects the result (measured: th
 declined). ONNX ``RMSNormalization`` (opset 23) has a CPU kernel in onnxruntime 1.32 (checked).
 Models of an older opset are left alone (the opset is never raised): the RMSNorms that follow
 a residual Add become ``com.microsoft.SkipSimplifiedLayerNormalization`` in
-``fuse_skip_layernorm``. Guards the library lacks: float32 input and scale with no cast to
+``fuse_skip_rmsnorm``. Guards the library lacks: float32 input and scale with no cast to
 another precision, and a scale of shape ``(D,)`` with ``D`` the input's last dim.
 """
 
@@ -65,7 +65,7 @@ each writing an intermediate, become one kernel that reads each row once and wri
 **Older opsets:** onnxruntime's own `SimplifiedLayerNormalization` sits in the ONNX domain
 where no opset has it (the checker rejects it), and the opset is never raised for you: an
 RMSNorm after a residual Add still fuses, into `com.microsoft.SkipSimplifiedLayerNormalization`
-(`fuse_skip_layernorm`); a lone one (the first layer's) stays.
+(`fuse_skip_rmsnorm`); a lone one (the first layer's) stays.
 
 **Not fused:** a norm computed in another precision through Casts (float16 / bfloat16 models),
 γ of another shape than `(hidden,)`, a non-constant ε, or an intermediate used elsewhere.
@@ -75,7 +75,7 @@ RMSNorm after a residual Add still fuses, into `com.microsoft.SkipSimplifiedLaye
         opset = onnx_opset(model)
         if opset < 23:
             raise PreconditionError(f"nothing to do: ONNX opset {opset} has no RMSNormalization (23 or newer); "
-                                    "fuse_skip_layernorm fuses an RMSNorm after a residual Add")
+                                    "fuse_skip_rmsnorm fuses an RMSNorm after a residual Add")
     needs_shapes = False  # infers shapes itself, only when there is a ReduceMean
 
     def transform(self, model: ir.Model) -> None:

@@ -14,6 +14,7 @@ from fusionviz.passes.facts import const_value
 from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import
 from fusionviz.passes.fuse.transformer_common import (
     float32_or_unknown,
+    new_initializer,
     produced_by,
     replace_value,
     single_use,
@@ -95,7 +96,7 @@ pass out (select it by name, or let `tune` try it); `tune` also switches off onn
             add = produced_by(x, "Add")
             if add is None:
                 continue
-            why = _skln_params(x, gamma, beta)
+            why = _skln_params(x, gamma, beta) if gamma is not None else _ones_scale(x)
             if why is not None:
                 logger.info("%s: %s not fused: %s", self.name, ln.name, why)
                 nearmiss.note([ln, add], ln, why, rule="skip_layernorm")
@@ -134,6 +135,9 @@ pass out (select it by name, or let `tune` try it); `tune` also switches off onn
             sum_used = [u for u in add.outputs[0].uses() if all(u.node is not n for n in norm_nodes)] or \
                 add.outputs[0].is_graph_output()
             simplified = ln.op_type != "LayerNormalization"
+            if gamma is None:  # the kernel needs a scale: γ = 1 (what the norm without one computes)
+                gamma = new_initializer(model, namer, f"{ln.name or 'rmsnorm'}_scale_ones",
+                                        np.ones(int(x.shape[-1]), dtype=np.float32))
             inputs = [a, b, gamma, bias] if simplified else [a, b, gamma, beta if beta is not None else None, bias]
             while inputs and inputs[-1] is None:
                 inputs.pop()
@@ -177,7 +181,7 @@ def _norm_site(node: ir.Node) -> tuple[ir.Node, ir.Value, ir.Value, ir.Value | N
         eps = node.attributes.get("epsilon")
         beta = node.inputs[2] if len(node.inputs) > 2 else None
         return node, node.inputs[0], node.inputs[1], beta, float(eps.value) if eps is not None else 1e-5, [node]
-    if node.op_type == "Mul":
+    if node.op_type in ("Mul", "Div"):
         rms = rms_norm(node)
         if rms is not None:
             x, gamma, eps, nodes = rms
@@ -185,24 +189,52 @@ def _norm_site(node: ir.Node) -> tuple[ir.Node, ir.Value, ir.Value, ir.Value | N
     return None
 
 
-def rms_norm(mul: ir.Node) -> tuple[ir.Value, ir.Value, float, list[ir.Node]] | None:
+def rms_norm(mul: ir.Node) -> tuple[ir.Value, ir.Value | None, float, list[ir.Node]] | None:
     """``γ · (x · 1/√(mean(x², -1) + ε))`` ending at ``mul`` (either operand order; ``x·x`` or
     ``Pow(x, 2)``; ``x / √(…)`` as well), as (x, γ, ε, nodes); None otherwise. Every
-    intermediate has this one use; γ is a constant vector."""
-    for gi in (0, 1):
-        gamma, n = mul.inputs[gi], mul.inputs[1 - gi]
-        g = const_value(gamma)
-        if g is None or g.ndim != 1 or not single_use(n):
-            continue
-        inner = n.producer()
-        if inner is None or inner.domain != "" or inner.op_type not in ("Mul", "Div"):
-            continue
-        for xi in ((0, 1) if inner.op_type == "Mul" else (0,)):
-            x, r = inner.inputs[xi], inner.inputs[1 - xi]
-            found = _inv_rms(x, r, inner.op_type == "Div")
+    intermediate has this one use; γ is a constant vector. Without γ (a scale of ones that
+    eliminate_noop removed, or a norm written without one) γ is None; such a norm is only
+    reported at its last node, never at the inner node of a norm that goes on to a γ."""
+    if mul.op_type == "Mul" and mul.domain == "":
+        for gi in (0, 1):
+            found = _gamma_form(mul, gi)
             if found is not None:
-                eps, nodes = found
-                return x, gamma, eps, [mul, inner, *nodes]
+                return found
+    if mul.domain != "" or mul.op_type not in ("Mul", "Div") or _scaled_next(mul):
+        return None
+    for xi in ((0, 1) if mul.op_type == "Mul" else (0,)):
+        found = _inv_rms(mul.inputs[xi], mul.inputs[1 - xi], mul.op_type == "Div")
+        if found is not None:
+            eps, nodes = found
+            return mul.inputs[xi], None, eps, [mul, *nodes]
+    return None
+
+
+def _scaled_next(inner: ir.Node) -> bool:
+    """Whether ``inner``'s output goes on to a Mul by a constant vector (that Mul ends the norm)."""
+    uses = list(inner.outputs[0].uses())
+    if len(uses) != 1 or uses[0].node.op_type != "Mul" or uses[0].node.domain != "":
+        return False
+    other = uses[0].node.inputs[1 - uses[0].idx]
+    c = const_value(other)
+    return c is not None and c.ndim == 1
+
+
+def _gamma_form(mul: ir.Node, gi: int) -> tuple[ir.Value, ir.Value | None, float, list[ir.Node]] | None:
+    """The norm ``mul`` ends when its input ``gi`` is γ."""
+    gamma, n = mul.inputs[gi], mul.inputs[1 - gi]
+    g = const_value(gamma)
+    if g is None or g.ndim != 1 or not single_use(n):
+        return None
+    inner = n.producer()
+    if inner is None or inner.domain != "" or inner.op_type not in ("Mul", "Div"):
+        return None
+    for xi in ((0, 1) if inner.op_type == "Mul" else (0,)):
+        x, r = inner.inputs[xi], inner.inputs[1 - xi]
+        found = _inv_rms(x, r, inner.op_type == "Div")
+        if found is not None:
+            eps, nodes = found
+            return x, gamma, eps, [mul, inner, *nodes]
     return None
 
 
@@ -247,6 +279,13 @@ def _inv_rms(x: ir.Value, r: ir.Value, divided: bool) -> tuple[float, list[ir.No
     elif sq.op_type != "Mul" or sq.inputs[0] is not x or sq.inputs[1] is not x:
         return None
     return float(eps.reshape(())), [*nodes, sqrt, add, mean, sq]
+
+
+def _ones_scale(x: ir.Value) -> str | None:
+    """Why a norm without a scale cannot be given a scale of ones, or None."""
+    if x.shape is None or len(x.shape) == 0 or not isinstance(x.shape[-1], int):
+        return "the norm has no scale and its last dim is unknown, so no scale of ones can be made"
+    return None
 
 
 def _hidden(gamma: ir.Value) -> int | None:

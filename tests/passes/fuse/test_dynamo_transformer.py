@@ -143,10 +143,11 @@ def bert_model(layers: int = 2) -> onnx.ModelProto:
 NKV = 2
 
 
-def _rms(g: _G, x: str) -> str:
+def _rms(g: _G, x: str, ones: bool = False) -> str:
+    """An RMSNorm; ``ones``: its scale is the ones a freshly initialised model has."""
     ms = g.op("ReduceMean", [g.op("Pow", [x, g.const(np.float32(2.0), "two")]), g.i64(-1)], keepdims=1, noop_with_empty_axes=0)
     r = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [ms, g.const(np.float32(1e-6), "eps")])])])
-    return g.op("Mul", [g.w(HID), g.op("Mul", [x, r])])
+    return g.op("Mul", [g.const(np.ones(HID, np.float32), "w") if ones else g.w(HID), g.op("Mul", [x, r])])
 
 
 def _rotary(g: _G, t: str, cos: str, sin: str) -> str:
@@ -163,7 +164,7 @@ def _repeat_kv(g: _G, t: str, seq: str) -> str:
     return g.op("Reshape", [e, g.i64(1, NH, -1, HS)], allowzero=1)
 
 
-def llama_model(layers: int = 2, keep_shape: tuple = (1, 1, "seq", "seq")) -> onnx.ModelProto:
+def llama_model(layers: int = 2, keep_shape: tuple = (1, 1, "seq", "seq"), ones: bool = False) -> onnx.ModelProto:
     g = _G(3)
     x = "x"
     # the sequence length is dynamic, as in the export: positions, cos/sin and the K/V repeat
@@ -177,14 +178,14 @@ def llama_model(layers: int = 2, keep_shape: tuple = (1, 1, "seq", "seq")) -> on
     cos, sin = g.op("Cos", [angles]), g.op("Sin", [angles])
     mask = _keep_mask(g, "keep")
     for _ in range(layers):
-        h = _rms(g, x)
+        h = _rms(g, x, ones)
         q = _rotary(g, _heads(g, _linear(g, h, HID, HID, bias=False), g.i64(1, -1, NH, HS)), cos, sin)
         k = _rotary(g, _heads(g, _linear(g, h, HID, NKV * HS, bias=False), g.i64(1, -1, NKV, HS)), cos, sin)
         v = _heads(g, _linear(g, h, HID, NKV * HS, bias=False), g.i64(1, -1, NKV, HS))
         ctx = _sdpa(g, q, _repeat_kv(g, k, seq), _repeat_kv(g, v, seq), mask)
         ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), g.i64(1, -1, HID)], allowzero=1)
         x = g.op("Add", [x, _linear(g, ctx, HID, HID, bias=False)])
-    y = _rms(g, x)
+    y = _rms(g, x, ones)
     return g.model([oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, "seq", HID]),
                     oh.make_tensor_value_info("keep", onnx.TensorProto.BOOL, list(keep_shape))],
                    [oh.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [1, "seq", HID])])
@@ -277,6 +278,32 @@ def test_llama_attention_and_rmsnorm_fuse():
     assert len(fused) == 2 and all(c.in_ops.count("Softmax") == 1 for c in fused)
     assert sorted(c.out_ops[0] for c in rep.changes if c.kind.value == "added") == ["Reshape", "Reshape",
                                                                                      "Transpose", "Transpose"]
+
+
+def test_rmsnorm_with_a_scale_of_ones_fuses_after_noop_elimination():
+    # a freshly initialised model's RMSNorm scale is all ones: eliminate_noop removes that Mul
+    # first, and the norm without a scale still fuses (the kernel gets a scale of ones)
+    result, ops = _optimize(llama_model(ones=True))
+    noop = next(r for r in result.reports if r.name == "eliminate_noop")
+    assert len(noop.changes) >= 3
+    assert ops.count("SkipSimplifiedLayerNormalization") == 2
+    assert ops.count("ReduceMean") == 1
+    scales = {n.input[2] for n in result.final.graph.node if n.op_type == "SkipSimplifiedLayerNormalization"}
+    inits = {t.name: onh.to_array(t) for t in result.final.graph.initializer}
+    assert all(np.array_equal(inits[s], np.ones(HID, np.float32)) for s in scales)
+
+
+def test_rmsnorm_inner_node_is_not_fused_without_its_scale():
+    # with its scale still there, the norm fuses whole at the scale's Mul (no Mul by γ left behind)
+    model = llama_model()
+    result, ops = _optimize(model, ["fuse_skip_rmsnorm"])
+    assert ops.count("SkipSimplifiedLayerNormalization") == 2
+    inits = {t.name: onh.to_array(t) for t in result.final.graph.initializer}
+    scales = [inits[n.input[2]] for n in result.final.graph.node if n.op_type == "SkipSimplifiedLayerNormalization"]
+    assert not any(np.array_equal(s, np.ones(HID, np.float32)) for s in scales)  # the model's own γ
+    # each fused norm took both of its Muls (x·r and γ·…): 2 norms × 2 Muls fewer
+    before = [n.op_type for n in model.graph.node]
+    assert before.count("Mul") - ops.count("Mul") == 4
 
 
 def test_rmsnorm_fuses_into_rmsnormalization_at_opset_23():
