@@ -56,7 +56,7 @@ class NewWeights:
 
     def __init__(self, source: str, owned: list[Path] | None = None) -> None:
         self.source = source
-        self.owned = owned if owned is not None else _OWNED_DIRS
+        self.owned = owned  # where the folder is also listed, for its owner to remove earlier
         self.folder: Path | None = None  # the new data file's
         self.base = ""  # the weights folder after the first write: holds source and folder
         self.failed = False
@@ -67,7 +67,8 @@ class NewWeights:
     @classmethod
     def for_model(cls, model: onnx.ModelProto, owned: list[Path] | None = None) -> NewWeights | None:
         """For ``model``'s passes when its weights stay on disk, all as main-graph initializers;
-        None otherwise. ``owned``: where the folder is listed for removal (default: at exit)."""
+        None otherwise. ``owned``: a list the folder is appended to, for its owner to remove
+        (it is removed when the process ends in any case)."""
         source = weights_dir(model)
         if source is None:
             return None
@@ -93,7 +94,9 @@ class NewWeights:
             self.failed = True
             logger.info("new weights stay in memory: %s and %s share no folder", source, folder)
             return False
-        self.owned.append(folder)
+        _OWNED_DIRS.append(folder)
+        if self.owned is not None:
+            self.owned.append(folder)
         self.folder, self.base = folder, str(base)
         below = source.relative_to(base)
         self._prefix = "" if below == Path(".") else below.as_posix()
