@@ -595,3 +595,17 @@ def test_a_limit_message_says_what_was_found_the_limit_and_the_setting(limits, s
         model_io.load_bytes(m.SerializeToString(), limits=limits)
     text = _assert_one_sentence(info.value)
     assert setting in text and "limit" in text
+
+
+def test_weights_past_protobufs_limit_stay_on_disk_whatever_the_setting(tmp_path, monkeypatch):
+    # external data at protobuf's limit cannot be read into the in-memory proto (the checker and
+    # the hash would fail to serialise it): it stays on disk even when the setting says read it
+    from fusionviz.bigmodel import write_big_model
+
+    path = write_big_model(tmp_path / "m.onnx", total_bytes=5 << 20, hidden=512, vocab=1024)
+    keep_all_in_memory = Limits(weights_on_disk_bytes=1 << 40)
+    assert model_io.weights_dir(model_io.load_path(path, limits=keep_all_in_memory).proto) is None
+    monkeypatch.setattr(model_io, "PROTO_MAX_BYTES", 4 << 20)
+    model = model_io.load_path(path, limits=keep_all_in_memory).proto
+    assert model_io.weights_dir(model) is not None
+    assert model.ByteSize() < 1 << 20

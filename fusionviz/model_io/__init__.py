@@ -26,7 +26,8 @@ Every model walk here is iterative (explicit stack), so deeply nested If/Loop su
 cause a RecursionError; protobuf itself refuses messages nested deeper than 100 levels, which is
 reported as such.
 
-9. Weights stay on disk for a big model (``Limits.weights_on_disk_bytes``): its external data is
+9. Weights stay on disk for a big model (``Limits.weights_on_disk_bytes``, and always from 1.8 GB
+   of external data, which no protobuf can hold): its external data is
    checked (rule 3) but not read; a one-file model is read through a memory map, its protobuf
    fields walked, and each large main-graph initializer's ``raw_data`` left in the file and
    referenced where it lies (location: the model file itself, offset and length of those
@@ -389,7 +390,8 @@ def _load_external(model: onnx.ModelProto, base: Path, *, limits: Limits, curren
     model's large main-graph initializers stay where they are)."""
     places = _check_external(model, base, limits=limits, current=current)
     total = sum(length for _, _, _, length in places)
-    on_disk = total >= limits.weights_on_disk_bytes
+    # weights near 2 GB or more stay on disk whatever the setting: one protobuf cannot hold them
+    on_disk = total >= min(limits.weights_on_disk_bytes, PROTO_MAX_BYTES)
     keep = {id(t) for t in model.graph.initializer} if on_disk else set()
     kept = False
     for tensor, target, offset, length in places:
