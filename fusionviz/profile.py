@@ -18,6 +18,25 @@ Rules (the code points back to them):
    fusionviz.verify_worker``) under its memory and time caps: a model that allocates
    gigabytes or crashes onnxruntime takes only the child down. A failure is a
    :class:`~fusionviz.errors.RuntimeLoadError` with one line saying why.
+5. Function ops onnxruntime has no kernel for (HardSwish, Mish, Softmax on float16, a model-local
+   function, ...) are inlined by onnxruntime into their function body even with its
+   optimizer off: ``Graph::InlineFunction`` names the body's tensors ``_inlfunc_<Op>_<name>`` (then
+   ``_inlfunc_<Op>_token_<N>_<name>`` for the next call of that op), leaves the body's nodes
+   unnamed, and the profiler names an unnamed node ``<op>_<node index>``, so its kernels match no
+   node of the model. When the model has a function op (:func:`has_function_ops`), the copy that
+   runs is first inlined as onnxruntime would (:func:`inline_as_onnxruntime_does`): a graph-only
+   session (large weights turned into inputs of the same type and shape, so nothing is read or
+   written but the graph) saves the graph onnxruntime runs (``optimized_model_filepath``); each
+   call node it inlined is replaced in the copy by the nodes it became, found by the tensors they
+   share (the body's own tensors join them; their outputs are the call node's outputs, every
+   tensor they read is the model's, their own or a constant of the body) and named
+   ``<key>::inlined:<i>``. The profile then names every kernel; a call node's time is the sum of
+   its inlined nodes' medians, its bytes written those of the nodes writing its outputs, and
+   ``NodeTimes.inlined`` says how many nodes it ran as. A call node this cannot place (inside an
+   If/Loop/Scan body, an opset the body needs that the model does not import at that version, a
+   name that would repeat, a body onnxruntime also wrapped in casts it inserted: a float16 Softmax)
+   is left to onnxruntime: its kernels stay unnamed and the overlay's note
+   counts them (``overlays.unattributed_kernels``).
 """
 
 from __future__ import annotations
@@ -41,6 +60,10 @@ logger = logging.getLogger(__name__)
 KERNEL_SUFFIX = "_kernel_time"
 #: Profiled runs after the warm-up (rule 2).
 DEFAULT_RUNS = 5
+#: Rule 5: the name of the i-th node a function op was inlined into is ``<key><INLINED><i>``.
+INLINED = "::inlined:"
+#: Rule 5: initializers above this many bytes become inputs of the graph-only session.
+GRAPH_ONLY_BYTES = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +78,8 @@ class NodeTimes:
         inner_ms: node name -> median kernel time of the nodes inside If/Loop/Scan bodies (the
             profile names them too; a Loop body's node: one iteration), for the body overlays.
         inner_bytes: node name -> bytes written, for the same nodes.
+        inlined: node key -> how many nodes onnxruntime ran a function op as (rule 5); its time
+            in ``times_ms`` is their sum.
         total_ms: the sum of the node medians.
     """
 
@@ -64,6 +89,7 @@ class NodeTimes:
     output_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
     inner_ms: dict[str, float] = dataclasses.field(default_factory=dict)
     inner_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
+    inlined: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def total_ms(self) -> float:
@@ -119,14 +145,201 @@ def parse_profile(events: list, keys: set[str] | None = None, *, skip_first: boo
     return out, written
 
 
-def profile_here(model_bytes: bytes, feeds: Mapping[str, np.ndarray], runs: int, threads: int,
-                 folder: str | None = None) -> tuple[dict[str, float], dict[str, int]]:
-    """Rules 1-3 in this process: run the (already keyed) model ``runs + 1`` times, profiled.
-    Weights that stay on disk (``fusionviz.model_io`` rule 9) are read from ``folder``."""
+def has_function_ops(model: onnx.ModelProto) -> bool:
+    """Rule 5: whether a main-graph node of ``model`` is a function op onnxruntime may inline (an
+    ONNX op defined by a function body, or a model-local function)."""
+    local = {(f.domain, f.name) for f in model.functions}
+    versions = {o.domain or "": o.version for o in model.opset_import}
+    for n in model.graph.node:
+        domain = "" if n.domain in ("", "ai.onnx") else n.domain
+        if (n.domain, n.op_type) in local:
+            return True
+        try:
+            schema = onnx.defs.get_schema(n.op_type, versions.get(domain, 1), domain)
+        except onnx.defs.SchemaError:
+            continue
+        if schema.has_function or schema.has_context_dependent_function:
+            return True
+    return False
+
+
+def graph_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Rule 5: a copy whose main-graph initializers above :data:`GRAPH_ONLY_BYTES` (and any on disk)
+    are graph inputs of the same type and shape: onnxruntime loads its graph without the weights."""
+    from onnx import helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inputs = {i.name for i in m.graph.input}
+    keep = []
+    for t in m.graph.initializer:
+        on_disk = t.data_location == onnx.TensorProto.EXTERNAL
+        if on_disk or t.ByteSize() > GRAPH_ONLY_BYTES:
+            if t.name not in inputs:
+                m.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            keep.append(t)
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(keep)
+    return m
+
+
+def onnxruntime_graph(model: onnx.ModelProto, folder: str | None = None) -> onnx.ModelProto:
+    """Rule 5: the main graph onnxruntime runs for ``model`` with its optimizer off (function ops
+    without a kernel inlined), saved by a graph-only session."""
     import onnxruntime as ort
 
     from fusionviz.model_io import ort_session_config
 
+    so = ort.SessionOptions()
+    for key, value in ort_session_config(folder=folder).items():
+        so.add_session_config_entry(key, value)
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="fusionviz_inline_") as tmp:
+        so.optimized_model_filepath = os.path.join(tmp, "ran.onnx")
+        ort.InferenceSession(graph_only(model).SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return onnx.load(so.optimized_model_filepath, load_external_data=False)
+
+
+def inline_as_onnxruntime_does(model: onnx.ModelProto, ran: onnx.ModelProto
+                               ) -> tuple[onnx.ModelProto, dict[str, list[str]], dict[str, list[str]]]:
+    """Rule 5: ``model`` (keyed: node names unique) with each call node onnxruntime inlined in
+    ``ran`` (its saved graph) replaced by the nodes it became, named ``<key>::inlined:<i>``.
+
+    Returns:
+        (the rewritten copy, key -> names of its inlined nodes, key -> names of those that write
+        the call node's outputs). A call node that cannot be placed is kept as it is.
+    """
+    names = {n.name for n in model.graph.node}
+    kept = {n.name for n in ran.graph.node if n.name in names}
+    called = names - kept
+    new = [n for n in ran.graph.node if n.name not in kept]
+    if not called or not new:
+        return model, {}, {}
+    producer = {o: n.name for n in model.graph.node for o in n.output if o}
+    known = set(producer) | {i.name for i in model.graph.input} | {t.name for t in model.graph.initializer}
+    for n in model.graph.node:
+        known.update(n.input)
+    # union-find over the new nodes, joined by the tensors the model does not have (the bodies' own)
+    parent = list(range(len(new)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[str, int] = {}
+    for i, n in enumerate(new):
+        for t in [*n.input, *n.output]:
+            if t and t not in known:
+                if t in first:
+                    parent[find(i)] = find(first[t])
+                else:
+                    first[t] = i
+    comps: dict[int, list[int]] = {}
+    for i in range(len(new)):
+        comps.setdefault(find(i), []).append(i)
+    by_call: dict[str, list[int]] = {}
+    for members in comps.values():
+        owners = {producer.get(o) for i in members for o in new[i].output if o in known}
+        if len(owners) == 1 and (owner := owners.pop()) in called:
+            by_call.setdefault(owner, []).extend(members)
+    versions = {o.domain or "": o.version for o in model.opset_import}
+    ran_versions = {o.domain or "": o.version for o in model.opset_import}
+    ran_versions.update({o.domain or "": o.version for o in ran.opset_import})
+    ran_inits = {t.name: t for t in ran.graph.initializer}
+    nodes = {n.name: n for n in model.graph.node}
+    place: dict[str, list[onnx.NodeProto]] = {}
+    inits: dict[str, onnx.TensorProto] = {}
+    for key, members in by_call.items():
+        members.sort()
+        body = [new[i] for i in members]
+        made = {o for n in body for o in n.output if o}
+        if not all(o in made for o in nodes[key].output if o):
+            continue  # an output the inlined nodes do not write: not placed
+        if any(versions.get(d, ran_versions.get(d)) != ran_versions.get(d)
+               for d in {("" if n.domain == "ai.onnx" else n.domain) for n in body}):
+            continue  # the body needs an opset the model imports at another version
+        if any(f"{key}{INLINED}{i}" in names for i in range(len(body))):
+            continue
+        if not all(t in known or t in made or t in ran_inits for n in body for t in n.input if t):
+            continue  # reads a tensor onnxruntime made apart from the inlining (a cast it inserted)
+        place[key] = body
+        for n in body:
+            inits.update({t: ran_inits[t] for t in n.input if t in ran_inits and t not in known})
+    if not place:
+        return model, {}, {}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    groups: dict[str, list[str]] = {}
+    writers: dict[str, list[str]] = {}
+    for n in model.graph.node:
+        if n.name not in place:
+            out.graph.node.append(n)
+            continue
+        outs = {o for o in n.output if o}
+        for i, b in enumerate(place[n.name]):
+            c = out.graph.node.add()
+            c.CopyFrom(b)
+            c.name = f"{n.name}{INLINED}{i}"
+            groups.setdefault(n.name, []).append(c.name)
+            if outs & set(c.output):
+                writers.setdefault(n.name, []).append(c.name)
+    have = {o.domain or "" for o in out.opset_import}
+    for d in {("" if b.domain == "ai.onnx" else b.domain) for body in place.values() for b in body} - have:
+        out.opset_import.add(domain=d, version=ran_versions[d])
+    out.graph.initializer.extend(inits.values())
+    return out, groups, writers
+
+
+def fold_inlined(times: dict[str, float], written: dict[str, int], groups: Mapping[str, list[str]],
+                 writers: Mapping[str, list[str]]) -> dict[str, int]:
+    """Rule 5: the inlined nodes' times summed onto their call node (in place); returns key -> how
+    many of its inlined nodes ran."""
+    count: dict[str, int] = {}
+    for key, members in groups.items():
+        got = [times.pop(m) for m in members if m in times]
+        wrote = [written[m] for m in writers.get(key, ()) if m in written]
+        for m in members:
+            written.pop(m, None)
+        if got:
+            times[key] = float(sum(got))
+            count[key] = len(got)
+        if wrote:
+            written[key] = int(sum(wrote))
+    return count
+
+
+def profile_here(model_bytes: bytes, feeds: Mapping[str, np.ndarray], runs: int, threads: int,
+                 folder: str | None = None, inline: bool = False
+                 ) -> tuple[dict[str, float], dict[str, int], dict[str, int]]:
+    """Rules 1-3 and 5 in this process: run the (already keyed) model ``runs + 1`` times,
+    profiled. Weights that stay on disk (``fusionviz.model_io`` rule 9) are read from ``folder``.
+    ``inline``: the model has function ops; inline those onnxruntime would first (rule 5).
+
+    Returns:
+        (node -> median ms, node -> bytes written, call node key -> how many nodes it ran as).
+    """
+    import onnxruntime as ort
+
+    from fusionviz.model_io import ort_session_config
+
+    groups: dict[str, list[str]] = {}
+    writers: dict[str, list[str]] = {}
+    if inline:
+        model = onnx.load_from_string(model_bytes)
+        try:
+            ran = onnxruntime_graph(model, folder)
+        except Exception as exc:  # noqa: BLE001 - left to onnxruntime: its kernels are counted unnamed
+            logger.info("function ops not inlined ahead: %s", str(exc).splitlines()[0][:200] if str(exc) else exc)
+        else:
+            rewritten, groups, writers = inline_as_onnxruntime_does(model, ran)
+            if groups:
+                model_bytes = rewritten.SerializeToString()
+        del model
     so = ort.SessionOptions()
     for key, value in ort_session_config(folder=folder).items():
         so.add_session_config_entry(key, value)
@@ -149,12 +362,13 @@ def profile_here(model_bytes: bytes, feeds: Mapping[str, np.ndarray], runs: int,
                                           f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
         with open(path, encoding="utf-8") as f:
             events = json.load(f)
-    return parse_profile(events)
+    times, written = parse_profile(events)
+    return times, written, fold_inlined(times, written, groups, writers)
 
 
 def node_times(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], *, runs: int = DEFAULT_RUNS,
                threads: int = 1, isolated: bool = False) -> NodeTimes:
-    """Median kernel time of every main-graph node of ``model`` on ``feeds`` (rules 1-4).
+    """Median kernel time of every main-graph node of ``model`` on ``feeds`` (rules 1-5).
 
     Raises:
         fusionviz.errors.RuntimeLoadError: the model does not load or run, or the child failed.
@@ -166,21 +380,23 @@ def node_times(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], *, runs:
     keyed = keyed_copy(model)
     data = keyed.SerializeToString()  # with weights on disk: the graph only, the weights read from their folder
     folder = weights_dir(model)
-    times, written = (_child(data, dict(feeds), runs, threads, folder) if isolated
-                      else profile_here(data, feeds, runs, threads, folder))
+    inline = has_function_ops(model)
+    times, written, inlined = (_child(data, dict(feeds), runs, threads, folder, inline) if isolated
+                               else profile_here(data, feeds, runs, threads, folder, inline))
     from fusionviz.graphview.model_graph import node_keys
 
     keys = set(node_keys(model.graph.node))
     return NodeTimes({k: v for k, v in times.items() if k in keys}, runs, threads,
                      {k: v for k, v in written.items() if k in keys},
                      {k: v for k, v in times.items() if k not in keys},
-                     {k: v for k, v in written.items() if k not in keys})
+                     {k: v for k, v in written.items() if k not in keys},
+                     {k: v for k, v in inlined.items() if k in keys})
 
 
-def _child(data: bytes, feeds: dict, runs: int, threads: int,
-           folder: str | None = None) -> tuple[dict[str, float], dict[str, int]]:
+def _child(data: bytes, feeds: dict, runs: int, threads: int, folder: str | None = None,
+           inline: bool = False) -> tuple[dict[str, float], dict[str, int], dict[str, int]]:
     """Rule 4: :func:`profile_here` in the verification child (``python -m fusionviz.verify_worker``),
     under its memory and time caps."""
     from fusionviz.verify import _child as run_isolated
 
-    return run_isolated(("profile", data, feeds, runs, threads, folder), what="time the model's nodes")
+    return run_isolated(("profile", data, feeds, runs, threads, folder, inline), what="time the model's nodes")

@@ -12,7 +12,7 @@ A model whose weights stay on disk comes as the bytes of its graph, with the fol
 are read from (``fusionviz.model_io`` rule 9): the weights are never pickled.
 - ``("compare", model_a, model_b, feeds, items, rtol, atol, input_set)``: one chunk of a
   per-tensor comparison (:func:`fusionviz.compare.run_chunk_here`);
-- ``("profile", model, feeds, runs, threads, folder)``: onnxruntime's profile of the model, per
+- ``("profile", model, feeds, runs, threads, folder, inline)``: onnxruntime's profile of the model, per
   node (:func:`fusionviz.profile.profile_here`).
 
 Writes a pickled ``("ok", result)`` or ``("error", message)`` to stdout. A model that

@@ -67,7 +67,7 @@ def run(args) -> int:
         for side, model in (("before", before), ("after", after)):
             common.progress(f"export-me: timing the {side} graph's nodes")
             times[side] = node_times(model, feeds, isolated=True)
-        overlays["time"] = {s: time_overlay(t.times_ms) for s, t in times.items()}
+        overlays["time"] = {s: time_overlay(t.times_ms, inlined=t.inlined) for s, t in times.items()}
     overlays["memory"] = {s: memory_overlay(m, shapes, times[s].output_bytes if s in times else None)
                           for s, m in (("before", before), ("after", after))}
     skipped = []

@@ -137,10 +137,19 @@ class Overlay:
         return value_legend(RenderOptions(**self.render_options()), with_nan=has_nan)
 
 
-def time_overlay(times_ms: Mapping[str, float] | Iterable[tuple[str, float]], note: str = "") -> Overlay:
-    """Rule 2: median kernel time per node (ms), e.g. ``profile.NodeTimes.node_values()``."""
-    values = tuple(dict(times_ms).items())
-    return Overlay("time", "time", values, TIME_SCALE, D.TIME_FILLS, unit="ms", note=note)
+def time_overlay(times_ms: Mapping[str, float] | Iterable[tuple[str, float]], note: str = "",
+                 inlined: Mapping[str, int] | None = None) -> Overlay:
+    """Rule 2: median kernel time per node (ms), e.g. ``profile.NodeTimes.node_values()``.
+    ``inlined``: node key -> how many nodes onnxruntime ran the function op as
+    (``profile.NodeTimes.inlined``; its time is their sum), said in the side panel."""
+    from fusionviz.graphview.build import format_value
+
+    times = dict(times_ms)
+    details = tuple((k, f"{format_value(times[k], 'ms')} (ran as {n} inlined node{'s' if n != 1 else ''}: onnxruntime "
+                        "has no kernel for this function op and runs its function body; the sum of their times)")
+                    for k, n in (inlined or {}).items() if k in times)
+    return Overlay("time", "time", tuple(times.items()), TIME_SCALE, D.TIME_FILLS, unit="ms", note=note,
+                   details=details)
 
 
 def written_bytes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None
@@ -320,8 +329,9 @@ def body_time_overlay(whole: onnx.ModelProto, body: onnx.ModelProto, inner_ms: M
 
 def unattributed_kernels(model: onnx.ModelProto, inner_ms: Mapping[str, float]) -> tuple[int, float]:
     """Rule 2: (how many, total ms) of the profiled kernels that are no node of ``model`` nor of its
-    bodies: onnxruntime expands function ops (HardSwish into HardSigmoid + Mul, named
-    ``HardSigmoid_115``) even with its optimizer off, and those kernels have no node to colour."""
+    bodies: what onnxruntime made itself and ``profile`` rule 5 could not give back to a node (a
+    function op inlined inside an If/Loop body, a float16 Softmax run as its body between the casts
+    onnxruntime inserts, named ``ReduceMax_2`` and ``InsertedPrecisionFreeCast_x``)."""
     names = set(node_keys_everywhere(model))
     got = [v for k, v in inner_ms.items() if k not in names]
     return len(got), float(sum(got))

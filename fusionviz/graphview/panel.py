@@ -302,6 +302,8 @@ def selection_table(items: Sequence[tuple[str, str]], op_of, diff=None,
             text = ov.text(key) if ov is not None else None
             if text and k == "ov_time":  # the layer's sentence is for the card; the table keeps the number
                 text = text.split(":", 1)[0].split(" for the whole layer", 1)[0]
+            elif text and k == "time":  # likewise a function op's "ran as N inlined nodes"
+                text = text.split(" (ran as", 1)[0]
             vals.append(text or "")
         rows.append(SelectionRow(side, key, op_of(side, key), status, tuple(vals)))
     sums, counts = {}, {}

@@ -159,11 +159,14 @@ def _main(kind: str, inputs: Any, key: tuple, before: onnx.ModelProto, after: on
     for s, t in times.items():
         note = (f"{t.total_ms:.3g} ms in {len(t.times_ms):,} kernels (median of {t.runs} runs, {t.threads} thread, "
                 "onnxruntime's optimizer off)")
+        if t.inlined:
+            note += (f"; {len(t.inlined):,} function ops onnxruntime runs as their function body (e.g. HardSwish as "
+                     f"HardSigmoid + Mul) have the sum of their {sum(t.inlined.values()):,} kernels")
         n, ms = unattributed_kernels(before if s == "before" else after, t.inner_ms)
         if n:
-            note += (f"; {ms:.3g} ms in {n:,} kernels onnxruntime made itself (function ops it expands, e.g. "
-                     "HardSwish into HardSigmoid + Mul) have no node to colour")
-        out[s] = time_overlay(t.times_ms, note)
+            note += (f"; {ms:.3g} ms in {n:,} kernels onnxruntime made itself (function ops it inlines inside a "
+                     "body, casts it inserts) have no node to colour")
+        out[s] = time_overlay(t.times_ms, note, t.inlined)
     return out, None
 
 
