@@ -169,18 +169,19 @@ def graph_only(model: onnx.ModelProto) -> onnx.ModelProto:
     from onnx import helper
 
     m = onnx.ModelProto()
-    m.CopyFrom(model)
+    for fd, value in model.ListFields():  # field by field: the weights are never copied
+        if fd.name != "graph":
+            m.MergeFrom(onnx.ModelProto(**{fd.name: value}))
+    for fd, value in model.graph.ListFields():
+        if fd.name != "initializer":
+            m.graph.MergeFrom(onnx.GraphProto(**{fd.name: value}))
     inputs = {i.name for i in m.graph.input}
-    keep = []
-    for t in m.graph.initializer:
-        on_disk = t.data_location == onnx.TensorProto.EXTERNAL
-        if on_disk or t.ByteSize() > GRAPH_ONLY_BYTES:
+    for t in model.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL or t.ByteSize() > GRAPH_ONLY_BYTES:
             if t.name not in inputs:
                 m.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         else:
-            keep.append(t)
-    del m.graph.initializer[:]
-    m.graph.initializer.extend(keep)
+            m.graph.initializer.append(t)
     return m
 
 
