@@ -207,7 +207,7 @@ def test_new_weights_stay_in_memory_when_no_folder_can_be_made(tmp_path, monkeyp
     real = tempfile.mkdtemp
 
     def mkdtemp(suffix=None, prefix=None, dir=None):
-        if prefix == "fusionviz_weights_":
+        if prefix and prefix.startswith("fusionviz_weights_"):
             raise PermissionError(13, "Permission denied")  # the temp folder cannot be written
         return real(suffix, prefix, dir)
 
@@ -221,6 +221,22 @@ def test_new_weights_stay_in_memory_when_no_folder_can_be_made(tmp_path, monkeyp
     want = verify.run_model(verify.make_session(loaded.proto), {"x": x})["y"]
     np.testing.assert_allclose(verify.run_model(verify.make_session(final), {"x": x})["y"], want,
                                rtol=1e-5, atol=1e-5)
+
+
+def test_a_new_weights_folder_left_by_a_killed_process_is_removed_by_the_next(tmp_path):
+    from fusionviz.model_io.spill import remove_stale_folders
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead = int(gone.stdout)
+    for name in (f"fusionviz_weights_{dead}_a1", f"fusionviz_weights_{os.getpid()}_b2",
+                 f"fusionviz_weights_{os.getppid()}_c3", "fusionviz_weights_d4", "other_1_e5"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "fusionviz_new_weights.data").write_bytes(b"x")
+    assert remove_stale_folders(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"fusionviz_weights_{os.getpid()}_b2", f"fusionviz_weights_{os.getppid()}_c3", "fusionviz_weights_d4",
+         "other_1_e5"])  # running processes' folders, and names it cannot attribute, are left
 
 
 def test_a_model_over_one_protobuf_message_goes_to_onnxruntime_as_a_saved_copy(tmp_path, monkeypatch):

@@ -18,7 +18,8 @@ form, and what exporters write); for another, or where the two folders share no 
 drives), the new tensors stay in memory, as without this rule. The data file is only appended
 to: a snapshot made before a later pass wrote more still reads its tensors where they were.
 The folder is removed when the command ends (:func:`fusionviz.passes.pipeline.new_weights_on_disk`),
-or else when the process does.
+or else when the process does; one left by a process that was killed is removed by the next
+process that makes one (its name holds the process id: :func:`remove_stale_folders`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,41 @@ logger = logging.getLogger(__name__)
 
 #: The data file new tensors are appended to (another name when the model reads one so named).
 NEW_WEIGHTS_FILE = "fusionviz_new_weights.data"
+
+#: A new-weights folder's name: this prefix, the process id, ``_`` and mkdtemp's random part.
+FOLDER_PREFIX = "fusionviz_weights_"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
+
+
+def remove_stale_folders(temp: str | os.PathLike | None = None) -> int:
+    """Remove the new-weights folders in the temp folder whose process is gone (killed before
+    it could remove them: a memory cap, a timeout, a server stopped by a signal); returns how
+    many. A folder of a running process, or one this cannot attribute, is left alone."""
+    temp = Path(temp or tempfile.gettempdir())
+    removed = 0
+    try:
+        entries = list(temp.iterdir())
+    except OSError:
+        return 0
+    for entry in entries:
+        pid, sep, _ = entry.name.removeprefix(FOLDER_PREFIX).partition("_")
+        if (not entry.name.startswith(FOLDER_PREFIX) or not sep or not pid.isdigit()
+                or int(pid) == os.getpid() or _process_alive(int(pid)) or not entry.is_dir()):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed += not entry.exists()
+    if removed:
+        logger.info("removed %d new-weights folder(s) left by processes that ended", removed)
+    return removed
 
 
 class NewWeights:
@@ -81,7 +117,8 @@ class NewWeights:
         if self.folder is not None or self.failed:
             return not self.failed
         try:
-            folder = Path(tempfile.mkdtemp(prefix="fusionviz_weights_")).resolve()
+            remove_stale_folders()
+            folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}_")).resolve()
         except OSError as exc:  # no temp folder to write to
             self.failed = True
             logger.info("new weights stay in memory: no folder for them (%s)", exc)
