@@ -40,7 +40,9 @@ TorchScript exports scale with ``Div(scores, sqrt(d))`` after QK^T and build the
    repeated over grouped heads: Llama, Qwen2) the core alone becomes ``MultiHeadAttention``
    (:func:`match_heads_attention`): the (B, N, S, H) query made (B, S, N·H), key and value in
    the kernel's 4-D form, the mask as ``attention_bias`` (a (B, 1, 1, T) mask is not expanded:
-   the query may be shorter than the key).
+   the query may be shorter than the key). With static shapes the grouped key's repeat and its
+   3-D transpose reshape fold into one, leaving a (B, KV, G, S, H) key: it goes in through a
+   Reshape to (B, KV·G, S, H), the same bytes.
 """
 
 from __future__ import annotations
@@ -448,11 +450,20 @@ def _check_key_targets(m: AttentionMatch, n_heads: int, head_size: int) -> None:
     ok = (len(t1) == 3 and len(t2) == 4 and t1[2] == head_size and t2[1:3] == [n_heads, head_size]
           and t2[3] == t1[1] and t2[0] > 0 and t1[0] in (-1, t2[0] * n_heads))
     dims = list(k.shape.dims) if k.shape is not None else []
-    if ok and not (len(dims) == 4 and dims[0] == t2[0] and dims[2] == t1[1]):
+    if ok and not (len(dims) == 4 and dims[0] == t2[0] and dims[2] == t1[1]) and not _grouped_key(dims, n_heads, head_size):
         ok = False  # without the key's batch and length the targets could regroup rows
     if not ok:
         raise Reject(f"the key's 3-D transpose targets {t1}, {t2} are not (B·N, S, H) and (B, N, H, S) of "
                      f"its shape {dims or 'unknown'}")
+
+
+def _grouped_key(dims: list, n_heads: int, head_size: int) -> bool:
+    """A static 5-D key (B, KV, G, S, H) with KV·G = N heads: grouped K/V heads repeated
+    (Expand) and merged into the key's 3-D transpose reshape, as constant folding leaves
+    Llama's / Qwen2's ``repeat_kv`` once the shapes are fixed. Its row-major layout is the
+    (B, N, S, H) key's."""
+    return (len(dims) == 5 and all(isinstance(d, int) for d in dims)
+            and dims[1] * dims[2] == n_heads and dims[4] == head_size)
 
 
 def match_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None = None) -> tuple[AttentionMatch, dict]:
@@ -511,6 +522,12 @@ def match_heads_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None
         m.nodes.append(t)
         k = t.inputs[0]
     shapes = [list(v.shape.dims) if v.shape is not None else None for v in (c.q, k, c.v)]
+    grouped = (not key_bsnh and shapes[0] is not None and len(shapes[0]) == 4 and shapes[1] is not None
+               and isinstance(shapes[0][1], int) and isinstance(shapes[0][3], int)
+               and _grouped_key(shapes[1], shapes[0][1], shapes[0][3]))
+    if grouped:  # the kernel's 4-D key: a Reshape to (B, N, S, H) is added (rule 7)
+        b, kv, g, t, h = shapes[1]
+        shapes[1] = [b, kv * g, t, h]
     if any(sh is None or len(sh) != 4 for sh in shapes):
         raise Reject(f"Q, K, V shapes {shapes} are not all known 4-D (B, N, S, H)")
     qs, ks, vs = shapes
@@ -527,7 +544,7 @@ def match_heads_attention(softmax: ir.Node, opset: int, m: AttentionMatch | None
     if c.flat is not None and c.flat[1] != n_heads * head_size:
         raise Reject(f"context reshape target {c.flat} is not (-1, {n_heads * head_size})", c.ctx_r)
     _check_guard(c, m, "MultiHeadAttention")
-    return m, {"q": c.q, "k": k, "key_bsnh": key_bsnh, "v": c.v, "num_heads": n_heads, "head_size": head_size,
+    return m, {"q": c.q, "k": k, "key_bsnh": key_bsnh, "key_grouped": grouped, "v": c.v, "num_heads": n_heads, "head_size": head_size,
                "out": c.ctx_r.outputs[0] if c.flat is None else None,
                "flat_reshape": c.ctx_r if c.flat is not None else None}
 

@@ -190,6 +190,13 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
             insert_early(model, tk, key)
             tk.outputs[0].name = namer(f"{ctx}_key_bnsh")
             key = tk.outputs[0]
+        elif info["key_grouped"]:  # (B, KV, G, S, H) -> (B, KV·G, S, H): the same bytes
+            to4 = new_initializer(model, namer, f"{stem}_key_4d_shape",
+                                  np.array([0, info["num_heads"], -1, info["head_size"]], np.int64))
+            rk = ir.node("Reshape", [key, to4], name="")
+            insert_early(model, rk, key)
+            rk.outputs[0].name = namer(f"{ctx}_key_bnsh")
+            key = rk.outputs[0]
         attrs = {"num_heads": info["num_heads"], "scale": float(m.scale)}
         inputs: list[ir.Value | None] = [rq.outputs[0], key, info["v"]]
         if bias_input is not None:

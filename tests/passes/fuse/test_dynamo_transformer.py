@@ -376,3 +376,19 @@ def test_heads_attention_takes_a_key_transposed_in_one_step():
     assert ops.count("MultiHeadAttention") == 1 and "Softmax" not in ops
     mha = next(n for n in result.final.graph.node if n.op_type == "MultiHeadAttention")
     assert next(a.f for a in mha.attribute if a.name == "scale") == 1.0
+
+
+def test_llama_attention_fuses_with_the_sequence_length_fixed():
+    # with a fixed length (the app's Model page fixes it) constant folding merges the grouped
+    # key's repeat reshape into its 3-D transpose reshape: the key is (B, KV, G, S, H)
+    model = llama_model(keep_shape=(1, 1, S, S))
+    for i in model.graph.input:
+        for d in i.type.tensor_type.shape.dim:
+            if d.dim_param == "seq":
+                d.dim_value = S
+    result, ops = _optimize(model)
+    assert ops.count("MultiHeadAttention") == 2
+    assert "Softmax" not in ops
+    keys = [n.input[1] for n in result.final.graph.node if n.op_type == "MultiHeadAttention"]
+    producers = {o: n for n in result.final.graph.node for o in n.output}
+    assert all(producers[k].op_type == "Reshape" for k in keys)  # the grouped key made 4-D
