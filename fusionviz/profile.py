@@ -30,13 +30,16 @@ Rules (the code points back to them):
    call node it inlined is replaced in the copy by the nodes it became, found by the tensors they
    share (the body's own tensors join them; their outputs are the call node's outputs, every
    tensor they read is the model's, their own or a constant of the body) and named
-   ``<key>::inlined:<i>``. The profile then names every kernel; a call node's time is the sum of
-   its inlined nodes' medians, its bytes written those of the nodes writing its outputs, and
-   ``NodeTimes.inlined`` says how many nodes it ran as. A call node this cannot place (inside an
-   If/Loop/Scan body, an opset the body needs that the model does not import at that version, a
-   name that would repeat, a body onnxruntime also wrapped in casts it inserted: a float16 Softmax)
-   is left to onnxruntime: its kernels stay unnamed and the overlay's note
-   counts them (``overlays.unattributed_kernels``).
+   ``<key>::inlined:<i>`` (the body's own tensors renamed after it too: onnxruntime names them per
+   graph, so a body's may repeat the main graph's). Inside If/Loop/Scan bodies the same, where
+   every node of the body is named and the call node's name occurs once in the model (the profile
+   names body nodes by name). The profile then names every kernel; a call node's time is the sum
+   of its inlined nodes' medians, its bytes written those of the nodes writing its outputs, and
+   ``NodeTimes.inlined`` says how many nodes it ran as. A call node this cannot place (in a body
+   with an unnamed or repeated node, an opset the body needs that the model does not import at
+   that version, a body onnxruntime also wrapped in casts it inserted: a float16 Softmax) is left
+   to onnxruntime: its kernels stay unnamed and the overlay's note counts them
+   (``overlays.unattributed_kernels``).
 """
 
 from __future__ import annotations
@@ -78,8 +81,8 @@ class NodeTimes:
         inner_ms: node name -> median kernel time of the nodes inside If/Loop/Scan bodies (the
             profile names them too; a Loop body's node: one iteration), for the body overlays.
         inner_bytes: node name -> bytes written, for the same nodes.
-        inlined: node key -> how many nodes onnxruntime ran a function op as (rule 5); its time
-            in ``times_ms`` is their sum.
+        inlined: node key (or a body node's name) -> how many nodes onnxruntime ran a function op
+            as (rule 5); its time in ``times_ms`` (``inner_ms``) is their sum.
         total_ms: the sum of the node medians.
     """
 
@@ -146,20 +149,23 @@ def parse_profile(events: list, keys: set[str] | None = None, *, skip_first: boo
 
 
 def has_function_ops(model: onnx.ModelProto) -> bool:
-    """Rule 5: whether a main-graph node of ``model`` is a function op onnxruntime may inline (an
-    ONNX op defined by a function body, or a model-local function)."""
+    """Rule 5: whether a node of ``model`` (bodies included) is a function op onnxruntime may inline
+    (an ONNX op defined by a function body, or a model-local function)."""
     local = {(f.domain, f.name) for f in model.functions}
     versions = {o.domain or "": o.version for o in model.opset_import}
-    for n in model.graph.node:
-        domain = "" if n.domain in ("", "ai.onnx") else n.domain
-        if (n.domain, n.op_type) in local:
-            return True
-        try:
-            schema = onnx.defs.get_schema(n.op_type, versions.get(domain, 1), domain)
-        except onnx.defs.SchemaError:
-            continue
-        if schema.has_function or schema.has_context_dependent_function:
-            return True
+    stack = [model.graph]
+    while stack:
+        for n in stack.pop().node:
+            stack.extend(a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH)
+            domain = "" if n.domain in ("", "ai.onnx") else n.domain
+            if (n.domain, n.op_type) in local:
+                return True
+            try:
+                schema = onnx.defs.get_schema(n.op_type, versions.get(domain, 1), domain)
+            except onnx.defs.SchemaError:
+                continue
+            if schema.has_function or schema.has_context_dependent_function:
+                return True
     return False
 
 
@@ -203,96 +209,166 @@ def onnxruntime_graph(model: onnx.ModelProto, folder: str | None = None) -> onnx
         return onnx.load(so.optimized_model_filepath, load_external_data=False)
 
 
+def _tensors(g: onnx.GraphProto) -> set[str]:
+    """Every tensor name a graph declares, reads or writes (its own scope)."""
+    out = {i.name for i in g.input} | {t.name for t in g.initializer}
+    for n in g.node:
+        out.update(n.input)
+        out.update(n.output)
+    out.discard("")
+    return out
+
+
+def _placements(g: onnx.GraphProto, r: onnx.GraphProto, outer: set[str], names_once: set[str], taken: set[str],
+                versions: Mapping[str, int], ran_versions: Mapping[str, int], path: tuple,
+                found: dict[tuple, tuple[dict[str, list[onnx.NodeProto]], dict[str, onnx.TensorProto]]]) -> None:
+    """Rule 5 for one graph ``g`` of the model and the same graph ``r`` onnxruntime ran: which of
+    ``g``'s call nodes became which nodes of ``r`` (``found[path]``: name -> nodes, and the
+    initializers onnxruntime made of their constants); then the same for their bodies.
+    ``names_once``: the node names that occur once in the model (a body's call node needs one: the
+    profile names body nodes by name); ``taken``: every node name of the model."""
+    names = [n.name for n in g.node]
+    if not all(names) or len(set(names)) != len(names):
+        return  # an unnamed or repeated node cannot be told from what onnxruntime made
+    kept = {n.name for n in r.node if n.name in set(names)}
+    called = set(names) - kept
+    new = [n for n in r.node if n.name not in kept]
+    own = _tensors(g)
+    known = own | outer
+    if called and new:
+        producer = {o: n.name for n in g.node for o in n.output if o}
+        # union-find over the new nodes, joined by the tensors the model does not have (the bodies' own)
+        parent = list(range(len(new)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        first: dict[str, int] = {}
+        for i, n in enumerate(new):
+            for t in [*n.input, *n.output]:
+                if t and t not in known:
+                    if t in first:
+                        parent[find(i)] = find(first[t])
+                    else:
+                        first[t] = i
+        comps: dict[int, list[int]] = {}
+        for i in range(len(new)):
+            comps.setdefault(find(i), []).append(i)
+        by_call: dict[str, list[int]] = {}
+        for members in comps.values():
+            owners = {producer.get(o) for i in members for o in new[i].output if o in known}
+            if len(owners) == 1 and (owner := owners.pop()) in called:
+                by_call.setdefault(owner, []).extend(members)
+        ran_inits = {t.name: t for t in r.initializer}
+        nodes = {n.name: n for n in g.node}
+        place: dict[str, list[onnx.NodeProto]] = {}
+        inits: dict[str, onnx.TensorProto] = {}
+        for key, members in by_call.items():
+            body = [new[i] for i in sorted(members)]
+            made = {o for n in body for o in n.output if o}
+            if path and key not in names_once:
+                continue  # its kernels could not be told apart in the profile
+            if any(f"{key}{INLINED}{i}" in taken for i in range(len(body))):
+                continue  # a name that would repeat
+            if not all(o in made for o in nodes[key].output if o):
+                continue  # an output the inlined nodes do not write: not placed
+            if any(versions.get(d, ran_versions.get(d)) != ran_versions.get(d)
+                   for d in {("" if n.domain == "ai.onnx" else n.domain) for n in body}):
+                continue  # the body needs an opset the model imports at another version
+            if not all(t in known or t in made or t in ran_inits for n in body for t in n.input if t):
+                continue  # reads a tensor onnxruntime made apart from the inlining (a cast it inserted)
+            # the body's own tensors and constants renamed after the call node: onnxruntime names
+            # them per graph, so a body's may repeat the main graph's
+            own_names = {t for n in body for t in [*n.input, *n.output] if t and t not in known}
+            rename = {t: f"{key}{INLINED}{t}" for t in own_names}
+            copies = []
+            for n in body:
+                c = onnx.NodeProto()
+                c.CopyFrom(n)
+                c.input[:] = [rename.get(t, t) for t in n.input]
+                c.output[:] = [rename.get(t, t) for t in n.output]
+                copies.append(c)
+            place[key] = copies
+            for t in own_names & set(ran_inits):
+                c = onnx.TensorProto()
+                c.CopyFrom(ran_inits[t])
+                c.name = rename[t]
+                inits[c.name] = c
+        if place:
+            found[path] = (place, inits)
+    ran_nodes = {n.name: n for n in r.node if n.name in kept}
+    for n in g.node:
+        rn = ran_nodes.get(n.name)
+        if rn is None:
+            continue
+        ran_attrs = {x.name: x for x in rn.attribute if x.type == onnx.AttributeProto.GRAPH}
+        for x in n.attribute:
+            if x.type == onnx.AttributeProto.GRAPH and x.name in ran_attrs:
+                _placements(x.g, ran_attrs[x.name].g, known, names_once, taken, versions, ran_versions,
+                            (*path, (n.name, x.name)), found)
+
+
 def inline_as_onnxruntime_does(model: onnx.ModelProto, ran: onnx.ModelProto
                                ) -> tuple[onnx.ModelProto, dict[str, list[str]], dict[str, list[str]]]:
-    """Rule 5: ``model`` (keyed: node names unique) with each call node onnxruntime inlined in
-    ``ran`` (its saved graph) replaced by the nodes it became, named ``<key>::inlined:<i>``.
+    """Rule 5: ``model`` (keyed: main-graph node names unique) with each call node onnxruntime
+    inlined in ``ran`` (its saved graph) replaced by the nodes it became, named
+    ``<name>::inlined:<i>``, in the main graph and in If/Loop/Scan bodies whose nodes are all named
+    (a body's call node by a name that occurs once in the model).
 
     Returns:
-        (the rewritten copy, key -> names of its inlined nodes, key -> names of those that write
+        (the rewritten copy, name -> names of its inlined nodes, name -> names of those that write
         the call node's outputs). A call node that cannot be placed is kept as it is.
     """
-    names = {n.name for n in model.graph.node}
-    kept = {n.name for n in ran.graph.node if n.name in names}
-    called = names - kept
-    new = [n for n in ran.graph.node if n.name not in kept]
-    if not called or not new:
-        return model, {}, {}
-    producer = {o: n.name for n in model.graph.node for o in n.output if o}
-    known = set(producer) | {i.name for i in model.graph.input} | {t.name for t in model.graph.initializer}
-    for n in model.graph.node:
-        known.update(n.input)
-    # union-find over the new nodes, joined by the tensors the model does not have (the bodies' own)
-    parent = list(range(len(new)))
+    from fusionviz.graphview.overlays import node_keys_everywhere, unique_node_names
 
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first: dict[str, int] = {}
-    for i, n in enumerate(new):
-        for t in [*n.input, *n.output]:
-            if t and t not in known:
-                if t in first:
-                    parent[find(i)] = find(first[t])
-                else:
-                    first[t] = i
-    comps: dict[int, list[int]] = {}
-    for i in range(len(new)):
-        comps.setdefault(find(i), []).append(i)
-    by_call: dict[str, list[int]] = {}
-    for members in comps.values():
-        owners = {producer.get(o) for i in members for o in new[i].output if o in known}
-        if len(owners) == 1 and (owner := owners.pop()) in called:
-            by_call.setdefault(owner, []).extend(members)
     versions = {o.domain or "": o.version for o in model.opset_import}
-    ran_versions = {o.domain or "": o.version for o in model.opset_import}
-    ran_versions.update({o.domain or "": o.version for o in ran.opset_import})
-    ran_inits = {t.name: t for t in ran.graph.initializer}
-    nodes = {n.name: n for n in model.graph.node}
-    place: dict[str, list[onnx.NodeProto]] = {}
-    inits: dict[str, onnx.TensorProto] = {}
-    for key, members in by_call.items():
-        members.sort()
-        body = [new[i] for i in members]
-        made = {o for n in body for o in n.output if o}
-        if not all(o in made for o in nodes[key].output if o):
-            continue  # an output the inlined nodes do not write: not placed
-        if any(versions.get(d, ran_versions.get(d)) != ran_versions.get(d)
-               for d in {("" if n.domain == "ai.onnx" else n.domain) for n in body}):
-            continue  # the body needs an opset the model imports at another version
-        if any(f"{key}{INLINED}{i}" in names for i in range(len(body))):
-            continue
-        if not all(t in known or t in made or t in ran_inits for n in body for t in n.input if t):
-            continue  # reads a tensor onnxruntime made apart from the inlining (a cast it inserted)
-        place[key] = body
-        for n in body:
-            inits.update({t: ran_inits[t] for t in n.input if t in ran_inits and t not in known})
-    if not place:
+    ran_versions = {**versions, **{o.domain or "": o.version for o in ran.opset_import}}
+    found: dict[tuple, tuple[dict, dict]] = {}
+    _placements(model.graph, ran.graph, set(), unique_node_names(model), set(node_keys_everywhere(model)),
+                versions, ran_versions, (), found)
+    if not found:
         return model, {}, {}
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    del out.graph.node[:]
     groups: dict[str, list[str]] = {}
     writers: dict[str, list[str]] = {}
-    for n in model.graph.node:
-        if n.name not in place:
-            out.graph.node.append(n)
-            continue
-        outs = {o for o in n.output if o}
-        for i, b in enumerate(place[n.name]):
-            c = out.graph.node.add()
-            c.CopyFrom(b)
-            c.name = f"{n.name}{INLINED}{i}"
-            groups.setdefault(n.name, []).append(c.name)
-            if outs & set(c.output):
-                writers.setdefault(n.name, []).append(c.name)
+
+    def apply(g: onnx.GraphProto, path: tuple) -> None:
+        place, inits = found.get(path, ({}, {}))
+        if place:
+            old = list(g.node)
+            del g.node[:]
+            for n in old:
+                body = place.get(n.name)
+                if body is None:
+                    g.node.append(n)
+                    continue
+                outs = {o for o in n.output if o}
+                for i, b in enumerate(body):
+                    c = g.node.add()
+                    c.CopyFrom(b)
+                    c.name = f"{n.name}{INLINED}{i}"
+                    groups.setdefault(n.name, []).append(c.name)
+                    if outs & set(c.output):
+                        writers.setdefault(n.name, []).append(c.name)
+            g.initializer.extend(inits.values())
+        for n in g.node:
+            for x in n.attribute:
+                if x.type == onnx.AttributeProto.GRAPH and any(p[: len(path) + 1] == (*path, (n.name, x.name))
+                                                               for p in found):
+                    apply(x.g, (*path, (n.name, x.name)))
+
+    apply(out.graph, ())
+    if not groups:
+        return model, {}, {}
     have = {o.domain or "" for o in out.opset_import}
-    for d in {("" if b.domain == "ai.onnx" else b.domain) for body in place.values() for b in body} - have:
+    used = {("" if b.domain == "ai.onnx" else b.domain) for place, _ in found.values() for body in place.values()
+            for b in body}
+    for d in used - have:
         out.opset_import.add(domain=d, version=ran_versions[d])
-    out.graph.initializer.extend(inits.values())
     return out, groups, writers
 
 
@@ -390,8 +466,7 @@ def node_times(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], *, runs:
     return NodeTimes({k: v for k, v in times.items() if k in keys}, runs, threads,
                      {k: v for k, v in written.items() if k in keys},
                      {k: v for k, v in times.items() if k not in keys},
-                     {k: v for k, v in written.items() if k not in keys},
-                     {k: v for k, v in inlined.items() if k in keys})
+                     {k: v for k, v in written.items() if k not in keys}, inlined)
 
 
 def _child(data: bytes, feeds: dict, runs: int, threads: int, folder: str | None = None,

@@ -312,9 +312,11 @@ def unique_node_names(model: onnx.ModelProto) -> set[str]:
     return {k for k, c in counts.items() if c == 1}
 
 
-def body_time_overlay(whole: onnx.ModelProto, body: onnx.ModelProto, inner_ms: Mapping[str, float]) -> Overlay:
+def body_time_overlay(whole: onnx.ModelProto, body: onnx.ModelProto, inner_ms: Mapping[str, float],
+                      inlined: Mapping[str, int] | None = None) -> Overlay:
     """Rule 5: the time overlay of a body (``bodies.body_model``) from the profile of the whole
-    model (``profile.NodeTimes.inner_ms``: body node name -> median kernel time)."""
+    model (``profile.NodeTimes.inner_ms``: body node name -> median kernel time; ``inlined``: body
+    node name -> how many nodes onnxruntime ran a function op as, ``NodeTimes.inlined``)."""
     from fusionviz.graphview.model_graph import node_keys
 
     unique = unique_node_names(whole)
@@ -324,7 +326,8 @@ def body_time_overlay(whole: onnx.ModelProto, body: onnx.ModelProto, inner_ms: M
     note = (f"{sum(named[k] for k in have):.3g} ms in {len(have):,} of {len(keys):,} nodes of this body (median per "
             f"run of each kernel; a Loop body's node: one iteration); {len(keys) - len(have):,} did not run on these "
             "inputs or share a name")
-    return body_overlay(time_overlay({}), keys, named, note=note)
+    ov = body_overlay(time_overlay({}), keys, named, note=note)
+    return dataclasses.replace(ov, details=time_overlay(dict(ov.values), inlined=inlined).details)
 
 
 def unattributed_kernels(model: onnx.ModelProto, inner_ms: Mapping[str, float]) -> tuple[int, float]:

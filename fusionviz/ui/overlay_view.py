@@ -272,7 +272,7 @@ def _in_body(loaded: Any, kind: str, inputs: Any, whole: tuple | None, path: str
     if why:
         return {}, why
     by_side = {s: _body_overlay((*key, s, kind, inputs.key), lambda s=s, m=model: O.body_time_overlay(
-        wbefore if s == "before" else wafter, m, times[s].inner_ms))
+        wbefore if s == "before" else wafter, m, times[s].inner_ms, times[s].inlined))
         for s, model in bodies.items() if s in times and len(model.graph.node)}
     if not any(ov.values for ov in by_side.values()):
         return {}, (f"No data {where}: none of its nodes ran on these inputs (an If branch not taken) "

@@ -12,7 +12,7 @@ import onnx
 import onnx.parser
 import pytest
 
-from fusionviz.graphview.overlays import time_overlay, unattributed_kernels
+from fusionviz.graphview.overlays import body_time_overlay, time_overlay, unattributed_kernels
 from fusionviz.graphview.panel import node_panel, selection_table
 from fusionviz.profile import (
     INLINED,
@@ -153,18 +153,36 @@ def test_a_model_local_function_calling_a_function_op_is_timed_as_all_it_became(
     assert unattributed_kernels(m, t.inner_ms) == (0, 0.0)
 
 
-def test_a_function_op_inside_a_body_is_left_to_onnxruntime_and_counted():
-    m = onnx.parser.parse_model("""
+def _if_model(extra_unnamed: bool) -> onnx.ModelProto:
+    extra = "z = Relu (a)" if extra_unnamed else ""
+    m = onnx.parser.parse_model(f"""
     <ir_version: 8, opset_import: ["" : 18]>
-    g (bool c, float[1,64] x) => (float[1,64] y) {
+    g (bool c, float[1,64] x) => (float[1,64] y) {{
         h = HardSwish (x)
-        y = If (c) <then_branch = t () => (float[1,64] a) { a = HardSwish (h) },
-                    else_branch = e () => (float[1,64] b) { b = Relu (h) }>
-    }
+        y = If (c) <then_branch = t () => (float[1,64] a) {{ a = HardSwish (h) {extra} }},
+                    else_branch = e () => (float[1,64] b) {{ b = Relu (h) }}>
+    }}
     """)
     m.graph.node[0].name, m.graph.node[1].name = "hs", "if"
     m.graph.node[1].attribute[0].g.node[0].name = "inner_hs"
+    return m
+
+
+def test_a_function_op_inside_a_body_is_timed_by_its_name():
+    m = _if_model(False)
     t = node_times(m, {"c": np.array(True), **FEEDS}, runs=2)
-    assert t.inlined == {"hs": 2} and "if" in t.times_ms
+    # the main graph's HardSwish and the body's both inlined, the body's tensors renamed apart
+    assert t.inlined == {"hs": 2, "inner_hs": 2} and "if" in t.times_ms and "inner_hs" in t.inner_ms
+    assert unattributed_kernels(m, t.inner_ms) == (0, 0.0)
+    from fusionviz.graphview.bodies import body_model
+
+    ov = body_time_overlay(m, body_model(m, "if/then_branch"), t.inner_ms, t.inlined)
+    assert ov.value("inner_hs") == t.inner_ms["inner_hs"] and "ran as 2 inlined nodes" in ov.text("inner_hs")
+
+
+def test_a_function_op_in_a_body_with_an_unnamed_node_is_left_to_onnxruntime_and_counted():
+    m = _if_model(True)
+    t = node_times(m, {"c": np.array(True), **FEEDS}, runs=2)
+    assert t.inlined == {"hs": 2} and "inner_hs" not in t.inner_ms
     n, ms = unattributed_kernels(m, t.inner_ms)
-    assert n == 2 and ms > 0  # the body's HardSigmoid + Mul: no node of the body to give them to
+    assert n == 3 and ms > 0  # the body's HardSigmoid + Mul and its unnamed Relu: no node to give them to
