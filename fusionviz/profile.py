@@ -192,8 +192,8 @@ def graph_only(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def onnxruntime_graph(model: onnx.ModelProto, folder: str | None = None) -> onnx.ModelProto:
-    """Rule 5: the main graph onnxruntime runs for ``model`` with its optimizer off (function ops
-    without a kernel inlined), saved by a graph-only session."""
+    """Rule 5: the graph onnxruntime runs for ``model`` with its optimizer off (function ops
+    without a kernel inlined, bodies included), saved by a graph-only session."""
     import onnxruntime as ort
 
     from fusionviz.model_io import ort_session_config

@@ -333,7 +333,7 @@ def body_time_overlay(whole: onnx.ModelProto, body: onnx.ModelProto, inner_ms: M
 def unattributed_kernels(model: onnx.ModelProto, inner_ms: Mapping[str, float]) -> tuple[int, float]:
     """Rule 2: (how many, total ms) of the profiled kernels that are no node of ``model`` nor of its
     bodies: what onnxruntime made itself and ``profile`` rule 5 could not give back to a node (a
-    function op inlined inside an If/Loop body, a float16 Softmax run as its body between the casts
+    function op in a body with an unnamed node, a float16 Softmax run as its body between the casts
     onnxruntime inserts, named ``ReduceMax_2`` and ``InsertedPrecisionFreeCast_x``)."""
     names = set(node_keys_everywhere(model))
     got = [v for k, v in inner_ms.items() if k not in names]

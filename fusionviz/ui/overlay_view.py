@@ -164,8 +164,8 @@ def _main(kind: str, inputs: Any, key: tuple, before: onnx.ModelProto, after: on
                      f"HardSigmoid + Mul) have the sum of their {sum(t.inlined.values()):,} kernels")
         n, ms = unattributed_kernels(before if s == "before" else after, t.inner_ms)
         if n:
-            note += (f"; {ms:.3g} ms in {n:,} kernels onnxruntime made itself (function ops it inlines inside a "
-                     "body, casts it inserts) have no node to colour")
+            note += (f"; {ms:.3g} ms in {n:,} kernels onnxruntime made itself (function ops it inlines in a body "
+                     "with unnamed nodes, casts it inserts) have no node to colour")
         out[s] = time_overlay(t.times_ms, note, t.inlined)
     return out, None
 
