@@ -410,6 +410,7 @@ def _start_check(sha: str, passes: tuple[str, ...], shapes: tuple, base, k: int,
         from fusionviz.passes.pipeline import run_pipeline
 
         try:
+            _after_page_runs()  # the check holds the interpreter: the page's last messages go out first
             why = validity.violation(step.final, validity.Baseline(step.snapshots[0].model))
             if why is None:
                 return
@@ -589,6 +590,15 @@ def yield_to_pages(max_wait_s: float = 10.0) -> None:
     deadline = time.monotonic() + max_wait_s
     while _ACTIVE_RUNS[0] > 0 and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _after_page_runs(max_wait_s: float = 10.0, settle_s: float = 0.3) -> None:
+    """Wait until no page run is in progress, then ``settle_s`` more (Streamlit ends a run and
+    sends its last messages after the page's code returns)."""
+    deadline = time.monotonic() + max_wait_s
+    while _ACTIVE_RUNS[0] > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(settle_s)
 
 
 def prefetch_max_load() -> float:
