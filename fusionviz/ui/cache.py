@@ -25,10 +25,11 @@ Rules:
 6. This module knows nothing of the session: callers pass keys and values (no import of
    :mod:`fusionviz.ui.state`).
 7. With weights on disk (a big model: the validity rule's checker and onnxruntime load cost
-   seconds there), a run's result is cached and shown before the rule is checked: the check
-   waits for the page run to end (:func:`start_checks`, called under every page, which says it
-   is checking) and runs in a background thread. A result that breaks the rule is replaced by
-   the run with the rule applied pass by pass (the culprit declined, as it would have been), every
+   seconds), a run's result is cached and shown before the rule is checked: the check is
+   started under the page (:func:`start_checks`; the page says it is checking), waits until no
+   page run is in progress and runs in a background thread. A result that breaks the rule is
+   replaced (what the page's next run shows) by the run with the rule applied pass by pass (the
+   culprit declined, as it would have been), every
    result computed on top of it is dropped, and the model's revision goes up (:func:`keyed_sha`:
    part of every key computed from a result, so nothing derived from the replaced one is
    reused); that model's later runs are checked before they are shown.

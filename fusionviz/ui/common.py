@@ -113,14 +113,15 @@ def _page(title: str, body: Callable[[], None]) -> None:
             state.sync_query_params()
 
 
-CHECKING_WORDS = ("Checking that the result is a valid model (ONNX checker, onnxruntime); "
-                  "a pass whose result breaks the rule will be declined and the page redrawn.")
+CHECKING_WORDS = ("This result's validity check (ONNX checker, onnxruntime) runs in the background; a pass "
+                  "whose result breaks it is declined, and the page shows that from its next run.")
 
 
 def _validity_watch() -> None:
     """Cache rule 7: while the validity check of the shown result is still to run, start it (the
-    page is drawn), say so under the page and look again twice a second; when the check has
-    ended, the page runs again (with the checked result, when it replaced the shown one)."""
+    page is drawn) and say so under the page. The page does not rerun itself when the check
+    ends (a rerun from a polling fragment raced with the next click and lost a toggle): a result
+    replaced after its check is what the page's next run shows."""
     loaded = state.model()
     if loaded is None:
         return
@@ -128,15 +129,7 @@ def _validity_watch() -> None:
     if not cache.checking(loaded.sha256, names, shapes):
         return
     cache.start_checks()
-
-    @st.fragment(run_every=0.5)
-    def watch() -> None:
-        if cache.checking(loaded.sha256, names, shapes):
-            st.caption(CHECKING_WORDS)
-        else:
-            st.rerun(scope="app")
-
-    watch()
+    st.caption(CHECKING_WORDS)
 
 
 def switch(name: str, **params: str | None) -> None:

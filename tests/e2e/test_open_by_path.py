@@ -98,10 +98,9 @@ def test_open_a_big_model_by_path_and_draw_its_graph(big_model, browser):
 
 def test_weights_on_disk_graph_first_then_checked_and_toggled(big_model, browser):
     """With the weights on disk (the threshold lowered below the model's 168 MB) the result is
-    drawn before its validity check, which then runs under the page and ends; on the Passes page a
-    pass toggled off and on again draws the result computed before."""
-    from fusionviz.ui.common import CHECKING_WORDS
-
+    drawn before its validity check, which then runs in the background; on the Passes page a pass
+    toggled off redraws at once (the check of the graph before it may still run) and back on
+    draws the result computed before."""
     folder, path = big_model
     env = {"FUSIONVIZ_OPEN_PATHS": str(folder), "FUSIONVIZ_PREFETCH": "0", "FUSIONVIZ_WEIGHTS_ON_DISK_MB": "16"}
     with fresh_server("--sample", "textbook", name="open_by_path_on_disk", env=env) as url:
@@ -120,9 +119,8 @@ def test_weights_on_disk_graph_first_then_checked_and_toggled(big_model, browser
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not any("layer9" in t for t in graph_nodes(page)):
                 time.sleep(0.2)
-            wait_idle(page)  # the check has run and the page ran again
+            wait_idle(page)
             assert_clean(page)
-            assert page.get_by_text(CHECKING_WORDS).count() == 0
             drawn = graph_nodes(page)
             assert any("layer0" in t for t in drawn) and any("layer9" in t for t in drawn), drawn[:20]
             nav(page, "Passes")
@@ -132,7 +130,6 @@ def test_weights_on_disk_graph_first_then_checked_and_toggled(big_model, browser
                 page.get_by_text(title, exact=True).click()
                 wait_idle(page)
                 assert_clean(page)
-                assert page.get_by_text(CHECKING_WORDS).count() == 0
                 # Off: the Identity is drawn again; back on: the result computed before, drawn again.
                 assert (page.evaluate(TEXT_JS) == before) is back_on
             page.screenshot(path=str(ARTIFACTS / "open_by_path_on_disk_passes.png"))
