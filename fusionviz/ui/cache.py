@@ -42,6 +42,7 @@ Rules:
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import hashlib
@@ -242,6 +243,15 @@ def weight_folders(model: onnx.ModelProto) -> frozenset[str]:
     return frozenset(out)
 
 
+_RUN_FOLDERS: list = []  # every new-weight folder a run of this process made (rule 8)
+
+
+@atexit.register
+def _remove_run_folders() -> None:
+    _remove([str(f) for f in _RUN_FOLDERS])
+    _RUN_FOLDERS.clear()
+
+
 def _folder_bytes(folder) -> int:
     try:
         return sum(p.stat().st_size for p in Path(folder).iterdir() if p.is_file())
@@ -326,8 +336,11 @@ def _extend(sha: str, passes: tuple[str, ...], shapes: tuple, proto: onnx.ModelP
             return base
     later = _check_later(sha, proto)
     folders: list = []
-    with new_weights_on_disk(folders):  # rule 8
-        step = run_pipeline(base.final, list(passes[k:]), validate=not later)
+    try:
+        with new_weights_on_disk(folders):  # rule 8
+            step = run_pipeline(base.final, list(passes[k:]), validate=not later)
+    finally:
+        _RUN_FOLDERS.extend(folders)  # removed at exit at the latest
     out = _chain(sha, passes, shapes, base, k, step)
     PIPELINES.adopt(folders)
     if later and any(r.changes for r in step.reports):
