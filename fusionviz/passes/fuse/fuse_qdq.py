@@ -7,8 +7,8 @@ they run as float Conv/MatMul plus a DQ and a Q per tensor. This pass makes the 
 under the conditions onnxruntime's Conv and MatMul selectors check, and some more (the code
 points back to them):
 
-1. The group: ``DequantizeLinear(x_q)`` and ``DequantizeLinear(w_q)`` feed a ``Conv``
-   (optionally a third, int32 ``DequantizeLinear`` feeds its bias) or a ``MatMul``, whose
+1. The group: ``DequantizeLinear(x_q)`` and ``DequantizeLinear(w_q)`` feed a ``Conv`` or a
+   ``Gemm`` (optionally a third, int32 ``DequantizeLinear`` feeds its bias) or a ``MatMul``, whose
    only use is one ``QuantizeLinear``. Every input of the Conv/MatMul comes from a
    DequantizeLinear (a float bias: no group); its output is no graph output and read by
    nothing but that Q. A DQ whose output other nodes also read stays for them (onnxruntime
@@ -20,15 +20,17 @@ points back to them):
 3. Scales and zero points are constants. ``x`` and ``y``: one value (a scalar or one
    element). ``w``: one value, or per channel: a Conv's along its output channels (DQ axis 0,
    one value per output channel), a MatMul's per column of a 2-D weight (axis 1, one value per
-   column). No blocked quantization (``block_size``).
+   column), a Gemm's per output (axis 0 of a ``transB`` weight, else axis 1). No blocked quantization (``block_size``).
 4. A Conv's bias: int32, zero point 0, scale ``x_scale · w_scale`` (per channel) within 1e-5
    relative: what QLinearConv computes with; onnxruntime moves the bias without checking, this
    pass does not. A float32 constant bias is quantized as onnxruntime's bias quantization does
    first: ``round(b / (x_scale · w_scale))`` as int32.
 5. A missing zero point becomes an explicit 0 of the quantized type (QLinearConv and
    QLinearMatMul take them as inputs; onnxruntime does the same).
-6. Not done: a Relu/Clip that the Q makes redundant (onnxruntime drops it), Gemm → QGemm,
-   Add/Mul → QLinearAdd/QLinearMul, DQ → MatMul without a Q (MatMulIntegerToFloat).
+6. A Gemm becomes ``com.microsoft.QGemm`` (alpha, transA, transB kept; beta must be 1 when
+   there is a bias), a Conv ``QLinearConv``, a MatMul ``QLinearMatMul`` (ONNX domain).
+7. Not done: a Relu/Clip that the Q makes redundant (onnxruntime drops it), Softmax →
+   QLinearSoftmax and the other one-input QLinear ops, Add/Mul → QLinearAdd/QLinearMul, DQ → MatMul without a Q (MatMulIntegerToFloat).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import onnx_ir as ir
 from fusionviz.passes import nearmiss
 from fusionviz.passes.base import Category, Pass
 from fusionviz.passes.facts import const_value, is_onnx
+from fusionviz.passes.fuse.conv_common import MS_DOMAIN, ensure_ms_import
 from fusionviz.passes.fuse.transformer_common import new_initializer, substitute
 from fusionviz.passes.hygiene import Namer
 
@@ -128,7 +131,7 @@ class _Group:
         inputs = [v for v in target.inputs if v is not None]
         dqs = [_dq_of(v) for v in inputs]
         self.float_bias = None
-        if op == "Conv" and len(inputs) == 3 and dqs[2] is None and const_value(inputs[2]) is not None:
+        if op in ("Conv", "Gemm") and len(inputs) == 3 and dqs[2] is None and const_value(inputs[2]) is not None:
             self.float_bias = const_value(inputs[2])
             inputs, dqs = inputs[:2], dqs[:2]
         for i, (v, dq) in enumerate(zip(inputs, dqs, strict=True)):
@@ -140,8 +143,12 @@ class _Group:
         self.dqs = dqs
         if op == "MatMul" and len(dqs) != 2:
             raise _Miss("the MatMul does not have two inputs", "form")
-        if op == "Conv" and len(dqs) not in (2, 3):
-            raise _Miss("the Conv does not have two or three inputs", "form")
+        if op in ("Conv", "Gemm") and len(dqs) not in (2, 3):
+            raise _Miss(f"the {op} does not have two or three inputs", "form")
+        if op == "Gemm" and len(target.inputs) == 3 and target.inputs[2] is not None:
+            beta = target.attributes.get("beta")
+            if beta is not None and float(beta.value) != 1.0:
+                raise _Miss("the Gemm's beta is not 1; onnxruntime's QGemm adds the bias as it is", "condition")
         dx, dw = dqs[0], dqs[1]
         self.x_t, self.w_t, self.y_t = x_t, w_t, y_t = _qtype(dx), _qtype(dw), _qtype(self.q)
         # rule 2
@@ -173,11 +180,13 @@ class _Group:
                 axis += rank
             if op == "Conv":
                 want_axis, n = 0, (w_shape[0] if rank else None)
+            elif op == "Gemm" and _int_attr(target, "transB", 0):
+                want_axis, n = 0, (w_shape[0] if rank == 2 else None)
             else:
                 want_axis, n = 1, (w_shape[1] if rank == 2 else None)
             if ws.ndim != 1 or axis != want_axis or not isinstance(n, int) or ws.shape[0] != n \
                     or (wz is not None and wz.shape != ws.shape):
-                where = "output channel (axis 0)" if op == "Conv" else "column of a 2-D weight (axis 1)"
+                where = "output channel" if op != "MatMul" else "column of a 2-D weight (axis 1)"
                 raise _Miss(f"the weight's scales are not one per {where}", "no_kernel", dw)
         # rule 4
         self.bias = None
@@ -223,19 +232,27 @@ class _Group:
                 ins.append(new_initializer(model, namer, f"{self.target.inputs[2].name}_int32", self.float_bias))
             attrs = {k: a for k, a in self.target.attributes.items()}
             return ir.node("QLinearConv", ins, attrs, name="")
+        if self.target.op_type == "Gemm":
+            bias = self.bias
+            if bias is None and self.float_bias is not None:
+                bias = new_initializer(model, namer, f"{self.target.inputs[2].name}_int32", self.float_bias)
+            ins = [*ins[:6], bias, *ins[6:]]
+            attrs = {k: a for k, a in self.target.attributes.items() if k in ("alpha", "transA", "transB")}
+            return ir.node("QGemm", ins, attrs, domain=MS_DOMAIN, name="")
         return ir.node("QLinearMatMul", ins, name="")
 
 
 class FuseQDQ(Pass, name="fuse_qdq", category=Category.FUSE, order=230, trigger_ops={"QuantizeLinear"}):
-    """DequantizeLinear → Conv / MatMul → QuantizeLinear into QLinearConv / QLinearMatMul."""
+    """DequantizeLinear → Conv / MatMul / Gemm → QuantizeLinear into QLinearConv / QLinearMatMul / QGemm."""
 
     mirrors_ort = "extended"
 
-    title = "Fuse QDQ groups into QLinearConv / QLinearMatMul"
+    title = "Fuse QDQ groups into QLinearConv / QLinearMatMul / QGemm"
     explain = """\
 **What:** in a QDQ-quantized model, `Q(Conv(DQ(x_q), DQ(w_q), DQ(b_int32)))` becomes
 `QLinearConv(x_q, x_scale, x_zp, w_q, w_scale, w_zp, y_scale, y_zp, b_int32)`, and
-`Q(MatMul(DQ(a_q), DQ(b_q)))` becomes `QLinearMatMul(...)`: the integer kernels onnxruntime's
+`Q(MatMul(DQ(a_q), DQ(b_q)))` becomes `QLinearMatMul(...)` and a Gemm `com.microsoft.QGemm`:
+the integer kernels onnxruntime's
 own QDQ transformer (level extended) runs such groups as. The conditions are onnxruntime's:
 8-bit tensors (uint8, or int8 with an int8 weight), the output of the input's type, one scale
 for the input and output, per-tensor or per-channel weight scales (a Conv's per output
@@ -257,14 +274,15 @@ does.
 
 **Not fused:** a Conv or MatMul output read by anything besides the QuantizeLinear, a Conv on
 int8 activations (onnxruntime makes that QLinearConv only on ARM CPUs), 16-bit or 4-bit quantization, blocked scales, non-float32 scales,
-a Relu/Clip between the op and its QuantizeLinear, Gemm (onnxruntime's QGemm is not made here).
+a Relu/Clip between the op and its QuantizeLinear, a Gemm with beta ≠ 1 and a bias.
 """
     needs_shapes = False  # reads only the weights' shapes, known from their initializers
 
     def transform(self, model: ir.Model) -> None:
         namer = Namer(model)
+        fused_ms = False
         for node in list(model.graph):
-            if node.graph is None or not is_onnx(node, "Conv", "MatMul"):
+            if node.graph is None or not is_onnx(node, "Conv", "MatMul", "Gemm"):
                 continue
             if not any(_dq_of(v) is not None for v in node.inputs):
                 continue
@@ -275,3 +293,6 @@ a Relu/Clip between the op and its QuantizeLinear, Gemm (onnxruntime's QGemm is 
                 continue
             new = group.build(model, namer)
             substitute(model, new, group.nodes, group.q.outputs[0], namer, "qlinear")
+            fused_ms = fused_ms or new.domain == MS_DOMAIN
+        if fused_ms:
+            ensure_ms_import(model)

@@ -81,8 +81,22 @@ def _matmul(b: _Builder, name: str, aq: str, a_scale: float, a_zp, dtype: int, w
     return b.q(y, f"{name}_q", STEP, 128 if dtype == U8 else 0, dtype)
 
 
+def _gemm(b: _Builder, name: str, aq: str, *, trans_b: bool, bias: str) -> str:
+    """DQ(uint8 A [3, 16]) → Gemm(int8 weight per output, 8 outputs) → Q."""
+    a = b.dq(aq, f"{name}_dqa", 0.03, np.uint8(128))
+    w, ws = b.weight(f"{name}_w", (8, 16) if trans_b else (16, 8), I8, per_axis=0 if trans_b else 1)
+    ins = [a, w]
+    if bias == "int32":
+        bq = b.const(f"{name}_bq", RNG.integers(-500, 500, size=8).astype(np.int32))
+        ins.append(b.dq(bq, f"{name}_dqb", (np.float32(0.03) * ws).astype(np.float32), None, axis=0))
+    else:
+        ins.append(b.const(f"{name}_bf", RNG.standard_normal(8).astype(np.float32)))
+    y = b.node("Gemm", ins, name, transB=int(trans_b))
+    return b.q(y, f"{name}_q", STEP, 128, U8)
+
+
 def qdq_model() -> onnx.ModelProto:
-    """Six groups onnxruntime turns into QLinear ops on x86 (one with a float bias it quantizes) and
+    """Eight groups onnxruntime turns into QLinear ops on x86 (two with a float bias it quantizes) and
     three it does not (int8 activations into a Conv, twice from one shared DQ; a Conv output also
     read by a Relu)."""
     b = _Builder()
@@ -115,17 +129,22 @@ def qdq_model() -> onnx.ModelProto:
     ms = b.q("M", "qm8", 0.03, 0, I8)
     outs.append(b.dq(_matmul(b, "mm_s8_pc", ms, 0.03, np.int8(0), I8, I8, per_column=True), "out_mm3",
                      STEP, np.int8(0)))
+    gq = b.q("G", "qg", 0.03, 128, U8)
+    outs.append(b.dq(_gemm(b, "gemm_tb_int32", gq, trans_b=True, bias="int32"), "out_g1", STEP, np.uint8(128)))
+    outs.append(b.dq(_gemm(b, "gemm_float_bias", gq, trans_b=False, bias="float"), "out_g2", STEP,
+                     np.uint8(128)))
     graph = helper.make_graph(
         b.nodes, "qdq",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4, 8, 8]),
-         helper.make_tensor_value_info("M", TensorProto.FLOAT, [2, 3, 16])],
+         helper.make_tensor_value_info("M", TensorProto.FLOAT, [2, 3, 16]),
+         helper.make_tensor_value_info("G", TensorProto.FLOAT, [3, 16])],
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
 
 
-FUSED_CONV, FUSED_MATMUL = 3, 3
+FUSED_CONV, FUSED_MATMUL, FUSED_GEMM = 3, 3, 2
 
 
 def _ort_extended(model: onnx.ModelProto, tmp_path) -> onnx.ModelProto:
@@ -147,7 +166,8 @@ def _run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
 def _feeds() -> dict:
     rng = np.random.default_rng(3)
     return {"X": rng.standard_normal((1, 4, 8, 8)).astype(np.float32),
-            "M": rng.standard_normal((2, 3, 16)).astype(np.float32)}
+            "M": rng.standard_normal((2, 3, 16)).astype(np.float32),
+            "G": rng.standard_normal((3, 16)).astype(np.float32)}
 
 
 def test_fuses_exactly_the_groups_onnxruntime_fuses(tmp_path):
@@ -158,12 +178,14 @@ def test_fuses_exactly_the_groups_onnxruntime_fuses(tmp_path):
     final = result.final
     got = ops(final)
     assert got.count("QLinearConv") == FUSED_CONV and got.count("QLinearMatMul") == FUSED_MATMUL
+    assert got.count("QGemm") == FUSED_GEMM and "Gemm" not in got
     left = sorted(n.name for n in final.graph.node if n.op_type == "Conv")
     assert left == ["conv_s8_pc", "conv_s8_shared_dq", "conv_two_users"]
     assert "MatMul" not in got
     # onnxruntime's own QDQ transformer makes the same ops from the same groups
     theirs = ops(_ort_extended(model, tmp_path))
     assert theirs.count("QLinearConv") == FUSED_CONV and theirs.count("QLinearMatMul") == FUSED_MATMUL
+    assert theirs.count("QGemm") == FUSED_GEMM
     # every group's Q and Conv/MatMul are gone
     assert not any(n.name.startswith(("conv_u8", "conv_float", "mm_")) and n.op_type in ("Conv", "MatMul",
                    "QuantizeLinear") for n in final.graph.node)
