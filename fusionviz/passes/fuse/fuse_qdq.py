@@ -292,7 +292,12 @@ a Relu/Clip between the op and its QuantizeLinear, a Gemm with beta ≠ 1 and a 
                 nearmiss.note([node], miss.blocker, miss.reason, kind=miss.kind, rule=f"QDQ{node.op_type}")
                 continue
             new = group.build(model, namer)
+            read = [v for n in group.nodes for v in n.inputs if v is not None]
             substitute(model, new, group.nodes, group.q.outputs[0], namer, "qlinear")
+            for v in read:  # scales and zero points only the removed DQ/Q nodes read
+                if (v.name in model.graph.initializers and model.graph.initializers[v.name] is v
+                        and not v.uses() and not v.is_graph_output() and not v.is_graph_input()):
+                    del model.graph.initializers[v.name]
             fused_ms = fused_ms or new.domain == MS_DOMAIN
         if fused_ms:
             ensure_ms_import(model)

@@ -182,6 +182,8 @@ def test_fuses_exactly_the_groups_onnxruntime_fuses(tmp_path):
     left = sorted(n.name for n in final.graph.node if n.op_type == "Conv")
     assert left == ["conv_s8_pc", "conv_s8_shared_dq", "conv_two_users"]
     assert "MatMul" not in got
+    read = {i for n in final.graph.node for i in n.input}
+    assert [i.name for i in final.graph.initializer if i.name not in read] == []  # the removed DQs' scales go too
     # onnxruntime's own QDQ transformer makes the same ops from the same groups
     theirs = ops(_ort_extended(model, tmp_path))
     assert theirs.count("QLinearConv") == FUSED_CONV and theirs.count("QLinearMatMul") == FUSED_MATMUL
