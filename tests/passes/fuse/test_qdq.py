@@ -114,10 +114,13 @@ def qdq_model() -> onnx.ModelProto:
     _, y3b = _conv(b, "conv_s8_shared_dq", xs, 0.03, np.int8(0), I8, I8, per_channel=False, bias="none",
                    x=shared)
     outs.append(b.dq(y3b, "out_conv_s8b", STEP, np.int8(0)))
-    # not fused: a float bias; a Conv output also read by a Relu
-    _, y4 = _conv(b, "conv_float_bias", xq, 0.03, np.uint8(128), U8, U8, per_channel=False, bias="float")
+    # a float bias (quantized, fused); not fused: a Conv output also read by a Relu
+    # (both read one DQ: it stays for the Conv that is not fused)
+    shared_u8 = b.dq(xq, "dq_shared_u8", 0.03, np.uint8(128))
+    _, y4 = _conv(b, "conv_float_bias", xq, 0.03, np.uint8(128), U8, U8, per_channel=False, bias="float",
+                  x=shared_u8)
     outs.append(b.dq(y4, "out_float_bias", STEP, np.uint8(128)))
-    raw, y5 = _conv(b, "conv_two_users", xq, 0.03, np.uint8(128), U8, U8, per_channel=False)
+    raw, y5 = _conv(b, "conv_two_users", xq, 0.03, np.uint8(128), U8, U8, per_channel=False, x=shared_u8)
     outs.append(b.dq(y5, "out_two_users", STEP, np.uint8(128)))
     outs.append(b.node("Relu", [raw], "relu_side"))
     # MatMuls: uint8 x per-column int8 weight (no zero point), uint8 x uint8, int8 x int8 per column
@@ -188,6 +191,8 @@ def test_fuses_exactly_the_groups_onnxruntime_fuses(tmp_path):
     theirs = ops(_ort_extended(model, tmp_path))
     assert theirs.count("QLinearConv") == FUSED_CONV and theirs.count("QLinearMatMul") == FUSED_MATMUL
     assert theirs.count("QGemm") == FUSED_GEMM
+    names = {n.name for n in final.graph.node}
+    assert "dq_shared_u8" in names and "dq_shared" in names  # still read by Convs that stay
     # every group's Q and Conv/MatMul are gone
     assert not any(n.name.startswith(("conv_u8", "conv_float", "mm_")) and n.op_type in ("Conv", "MatMul",
                    "QuantizeLinear") for n in final.graph.node)
