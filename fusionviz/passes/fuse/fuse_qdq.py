@@ -4,13 +4,13 @@ A QDQ-quantized model writes every quantized Conv and MatMul as float math betwe
 DequantizeLinear and QuantizeLinear nodes. onnxruntime's level extended (its QDQ
 selector/action transformer) turns these groups into integer kernels; with its optimizer off
 they run as float Conv/MatMul plus a DQ and a Q per tensor. This pass makes the same groups,
-under the conditions onnxruntime's Conv and MatMul selectors check, and some more (the code
+under the conditions onnxruntime's Conv, MatMul and Gemm selectors check, and some more (the code
 points back to them):
 
 1. The group: ``DequantizeLinear(x_q)`` and ``DequantizeLinear(w_q)`` feed a ``Conv`` or a
    ``Gemm`` (optionally a third, int32 ``DequantizeLinear`` feeds its bias) or a ``MatMul``, whose
-   only use is one ``QuantizeLinear``. Every input of the Conv/MatMul comes from a
-   DequantizeLinear (a float bias: no group); its output is no graph output and read by
+   only use is one ``QuantizeLinear``. Every input of the op comes from a DequantizeLinear
+   (but for a constant float bias: rule 4); its output is no graph output and read by
    nothing but that Q. A DQ whose output other nodes also read stays for them (onnxruntime
    gives each group its own copy of such a DQ first), the group reads its quantized input.
 2. Element types (onnxruntime's CPU QLinearConv/QLinearMatMul kernels): ``x``, ``w`` and ``y``
@@ -20,8 +20,9 @@ points back to them):
 3. Scales and zero points are constants. ``x`` and ``y``: one value (a scalar or one
    element). ``w``: one value, or per channel: a Conv's along its output channels (DQ axis 0,
    one value per output channel), a MatMul's per column of a 2-D weight (axis 1, one value per
-   column), a Gemm's per output (axis 0 of a ``transB`` weight, else axis 1). No blocked quantization (``block_size``).
-4. A Conv's bias: int32, zero point 0, scale ``x_scale · w_scale`` (per channel) within 1e-5
+   column), a Gemm's per output (axis 0 of a ``transB`` weight, else axis 1). No blocked
+   quantization (``block_size``).
+4. A Conv's or Gemm's bias: int32, zero point 0, scale ``x_scale · w_scale`` (per channel) within 1e-5
    relative: what QLinearConv computes with; onnxruntime moves the bias without checking, this
    pass does not. A float32 constant bias is quantized as onnxruntime's bias quantization does
    first: ``round(b / (x_scale · w_scale))`` as int32.
@@ -30,7 +31,8 @@ points back to them):
 6. A Gemm becomes ``com.microsoft.QGemm`` (alpha, transA, transB kept; beta must be 1 when
    there is a bias), a Conv ``QLinearConv``, a MatMul ``QLinearMatMul`` (ONNX domain).
 7. Not done: a Relu/Clip that the Q makes redundant (onnxruntime drops it), Softmax →
-   QLinearSoftmax and the other one-input QLinear ops, Add/Mul → QLinearAdd/QLinearMul, DQ → MatMul without a Q (MatMulIntegerToFloat).
+   QLinearSoftmax and the other one-input QLinear ops, Add/Mul → QLinearAdd/QLinearMul,
+   DQ → MatMul without a Q (MatMulIntegerToFloat).
 """
 
 from __future__ import annotations
