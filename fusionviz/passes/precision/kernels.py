@@ -23,6 +23,10 @@ first run. No list says which op with which attributes: onnxruntime does, when a
    opset, the inputs' element types and ranks, and the attributes (tensor and graph ones aside).
 5. Bounded: a node with an input of unknown type or rank, or whose inputs would exceed
    :data:`PROBE_MAX_ELEMENTS` elements, is not asked about (nothing known).
+6. For a model already float16 (:func:`runs_in_float32`): which nodes onnxruntime runs in
+   float32 behind Casts its session inserts, asked of onnxruntime the same way.
+7. And the nodes with a float16 kernel that onnxruntime runs in float32 all the same, because
+   every node they exchange float16 values with runs in float32 (:func:`_isolated`).
 """
 
 from __future__ import annotations
@@ -249,4 +253,128 @@ def fp16_refusals(model: onnx.ModelProto, blocked_ops: Iterable[str] = (),
             why = _probe(n, facts)
             if why:
                 out[n.name] = why
+    return out
+
+
+#: Rule 6: probe key -> True when onnxruntime runs the node in float32 behind Casts it inserts
+_WIDENED: dict[tuple, bool | None] = {}
+_NO_OUTPUT_TYPE_ATTRS = ("to", "dtype")
+
+
+def _inserts_casts(data: bytes) -> bool | None:
+    """Rule 6: whether onnxruntime's session (optimizer off) puts Casts around the one node of
+    the probe model ``data`` (its saved graph holds a Cast), or None when it cannot build it."""
+    import os
+    import tempfile
+
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="fv_f16probe_") as tmp:
+        path = os.path.join(tmp, "saved.onnx")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 4
+        so.optimized_model_filepath = path
+        try:
+            ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+            saved = onnx.load(path)
+        except Exception:  # noqa: BLE001 - onnxruntime raises many types
+            return None
+    return any(n.op_type == "Cast" for n in saved.graph.node)
+
+
+def runs_in_float32(model: onnx.ModelProto) -> set[str]:
+    """Rule 6: names of the main graph's nodes that onnxruntime's CPU provider has no float16
+    kernel for, and so runs in float32 between Casts its session inserts.
+
+    6. Asked about: a named node of the ONNX or ``com.microsoft`` domain with a float16 input,
+       no subgraph attribute, no attribute that sets its output type (``to``, ``dtype``), not a
+       Cast. The question is the one-node model of rule 2 with the model's own input types;
+       onnxruntime builds it with its optimizer off and saves the graph it would run
+       (``SessionOptions.optimized_model_filepath``): a Cast in it is one its session
+       inserted (InsertCastTransformer), so the node has no float16 kernel. Cached as rule 4;
+       bounded as rule 5 (not asked: not widened).
+    """
+    facts = _Facts(model)
+    out: set[str] = set()
+    for n in model.graph.node:
+        if (not n.name or n.op_type == "Cast" or n.domain not in _DOMAINS
+                or any(a.type in _SUBGRAPH_ATTRS or a.name in _NO_OUTPUT_TYPE_ATTRS for a in n.attribute)
+                or not any(name and facts.elem_type(name) == _FLOAT16 for name in n.input)):
+            continue
+        key = _key(n, facts)
+        with _LOCK:
+            known = key in _WIDENED
+            widened = _WIDENED.get(key)
+        if not known:
+            probe = _probe_model(n, facts, set())
+            widened = _inserts_casts(probe[0]) if probe is not None else None
+            with _LOCK:
+                _WIDENED[key] = widened
+        if widened:
+            out.add(n.name)
+    return out | _isolated(model, facts, out)
+
+
+def _widened_probe(node: onnx.NodeProto, facts: _Facts) -> bytes | None:
+    """Rule 7: the one-node model of rule 2 with its float16 inputs float32."""
+    probe = _probe_model(node, facts, set())
+    if probe is None:
+        return None
+    model = onnx.load_from_string(probe[0])
+    for v in model.graph.input:
+        if v.type.tensor_type.elem_type == _FLOAT16:
+            v.type.tensor_type.elem_type = _FLOAT
+    for k, t in enumerate(model.graph.initializer):
+        if t.data_type == _FLOAT16:
+            model.graph.initializer[k].CopyFrom(onh.from_array(onh.to_array(t).astype(np.float32), t.name))
+    return model.SerializeToString()
+
+
+def _isolated(model: onnx.ModelProto, facts: _Facts, widened: set[str]) -> set[str]:
+    """Rule 7: nodes with a float16 kernel that onnxruntime still runs in float32, because every
+    neighbour they exchange float16 values with runs in float32 (its IsIsolatedFp16NodeOnCpu):
+    at least one input from a node, no subgraph, no graph output, every float16 input made by
+    a node of ``widened`` (or no node), at least one float16 output, every reader of one a node
+    of ``widened``, and a float32 kernel (the float32 probe builds without a Cast)."""
+    g = model.graph
+    producer = {o: n for n in g.node for o in n.output if o}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in g.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    for sub in proto_graphs(g):  # a value a subgraph reads is read by a node not asked about
+        if sub is g:
+            continue
+        for n in sub.node:
+            for i in n.input:
+                readers.setdefault(i, []).append(n)
+    outputs = {o.name for o in g.output}
+    out: set[str] = set()
+    for n in g.node:
+        if (not n.name or n.name in widened or n.op_type == "Cast" or n.domain not in _DOMAINS
+                or any(a.type in _SUBGRAPH_ATTRS or a.name in _NO_OUTPUT_TYPE_ATTRS for a in n.attribute)
+                or not any(i in producer for i in n.input if i) or any(o in outputs for o in n.output)):
+            continue
+        f16_in = [i for i in n.input if i and facts.elem_type(i) == _FLOAT16]
+        f16_out = [o for o in n.output if o and facts.elem_type(o) == _FLOAT16]
+        if not f16_in or not f16_out:
+            continue
+        if any(i in producer and producer[i].name not in widened for i in f16_in):
+            continue
+        if any(not readers.get(o) or any(r.name not in widened for r in readers[o]) for o in f16_out):
+            continue
+        key = ("float32",) + _key(n, facts)
+        with _LOCK:
+            known = key in _WIDENED
+            runs = _WIDENED.get(key)
+        if not known:
+            data = _widened_probe(n, facts)
+            casts = _inserts_casts(data) if data is not None else None
+            runs = casts is False
+            with _LOCK:
+                _WIDENED[key] = runs
+        if runs:
+            out.add(n.name)
     return out
