@@ -41,6 +41,19 @@ def _wait(page, what, timeout_s: float = 120):
     raise AssertionError(f"not reached in {timeout_s} s (last: {last!r})")
 
 
+#: the nodes a click can reach now: their centre is inside the pane and hits the node itself
+#: (not the minimap, the pane's controls or a part scrolled out of view)
+CLICKABLE_JS = """
+() => [...document.querySelectorAll('g.node')].filter(g => {
+    const r = g.getBoundingClientRect();
+    const x = r.left + r.width / 2, y = r.top + r.height / 2;
+    if (x < 0 || y < 0 || x > innerWidth || y > innerHeight) return false;
+    const hit = document.elementFromPoint(x, y);
+    return hit !== null && g.contains(hit);
+}).map(g => g.id)
+"""
+
+
 def _marked(page, side: str, cls: str) -> list[str]:
     return [n["id"] for n in pane(page, side).evaluate(NODES_JS) if cls in (n["classes"] or "").split()]
 
@@ -78,10 +91,15 @@ def test_several_nodes_selected_on_both_sides_with_totals_and_a_link(browser):
             screenshot(page, "multi_select_two")
 
             # ctrl-click adds a node of the other pane, not linked to the first two
+            # (the first screen may show only the two blocks' own nodes: fit the pane, a
+            # selection is kept through a zoom)
             before = pane(page, "before")
+            before.locator("#fit").click()
+            before = pane(page, "before")
+            reachable = set(_wait(page, lambda: before.evaluate(CLICKABLE_JS)))
             other = next(n for n in before.evaluate(NODES_JS)
-                         if n["id"] not in linked and n["id"].startswith("fv-n-") and n["op"].split()[0] not in (
-                             "x", "output"))
+                         if n["id"] in reachable and n["id"] not in linked and n["id"].startswith("fv-n-")
+                         and n["op"].split()[0] not in ("x", "output"))
             before.locator(f'g.node[id="{other["id"]}"]').click(modifiers=["Control"])
             page.locator(PANEL, has_text="3 nodes selected").first.wait_for(timeout=120_000)
             wait_idle(page)
