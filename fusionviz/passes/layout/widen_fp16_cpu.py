@@ -18,7 +18,8 @@ writes the regions into the graph. Rules:
    ``Constant`` read only by nodes of the set becomes float32 instead (float16 to float32 is
    exact). Their float16 outputs become float32, and a value read outside the set (another
    node, a subgraph, a graph output) gets one ``Cast(to=float16)``; a graph output keeps its
-   name and its float16 type.
+   name and its float16 type. A ``Shape`` reads the float32 value itself (its shape is the
+   same; no Cast is made for it).
 4. Nothing is narrowed and no rounding moves: the nodes computed in float32 are the ones
    onnxruntime computes in float32, with the same roundings to float16 at the same places.
 """
@@ -61,7 +62,7 @@ def _widen_constant(value: ir.Value) -> bool:
     return False
 
 
-class WidenFp16Cpu(Pass, name="widen_fp16_cpu", category=Category.LAYOUT, order=420):
+class WidenFp16Cpu(Pass, name="widen_fp16_cpu", category=Category.LAYOUT, order=195):
     title = "Compute onnxruntime's float32-only float16 regions in float32"
     needs_shapes = True
     explain = """\
@@ -120,7 +121,8 @@ float32 keeps its value exactly.
                 if v.dtype != _F16:
                     continue
                 v.dtype = _F32
-                outside = [(u.node, u.idx) for u in v.uses() if id(u.node) not in inside]
+                outside = [(u.node, u.idx) for u in v.uses() if id(u.node) not in inside
+                           and not (u.node.op_type == "Shape" and u.node.domain in ("", "ai.onnx"))]
                 if not outside and not v.is_graph_output():
                     continue
                 cast = ir.node("Cast", [v], {"to": _F16}, name=f"{v.name}_to_fp16")

@@ -22,7 +22,8 @@ first run. No list says which op with which attributes: onnxruntime does, when a
 4. The answer is cached per process by what selects a kernel: domain, op type, the domain's
    opset, the inputs' element types and ranks, and the attributes (tensor and graph ones aside).
 5. Bounded: a node with an input of unknown type or rank, or whose inputs would exceed
-   :data:`PROBE_MAX_ELEMENTS` elements, is not asked about (nothing known).
+   :data:`PROBE_MAX_ELEMENTS` elements, is not asked about (nothing known). Rules 6 and 7 only
+   build the probe, never run it, so there an input of unknown shape is declared without one.
 6. For a model already float16 (:func:`runs_in_float32`): which nodes onnxruntime runs in
    float32 behind Casts its session inserts, asked of onnxruntime the same way.
 7. And the nodes with a float16 kernel that onnxruntime runs in float32 all the same, because
@@ -142,8 +143,13 @@ def _made_up(elem_type: int, dims: list[int]) -> np.ndarray:
     return np.zeros(dims, dtype)
 
 
-def _probe_model(node: onnx.NodeProto, facts: _Facts, fp16: set[int]) -> tuple[bytes, dict] | None:
-    """Rule 2: the one-node model (inputs at ``fp16`` positions float16) and its feeds, or None."""
+def _probe_model(node: onnx.NodeProto, facts: _Facts, fp16: set[int],
+                 built_only: bool = False) -> tuple[bytes, dict] | None:
+    """Rule 2: the one-node model (inputs at ``fp16`` positions float16) and its feeds, or None.
+
+    ``built_only``: the model is only built, never run (rules 6 and 7: the kernel onnxruntime
+    picks depends on element types, not on dims), so an input of unknown shape is declared
+    without one and gets no feed."""
     inputs, inits, feeds, size = [], [], {}, 0
     for i, name in enumerate(node.input):
         if not name or name in feeds or any(t.name == name for t in inits):
@@ -159,9 +165,12 @@ def _probe_model(node: onnx.NodeProto, facts: _Facts, fp16: set[int]) -> tuple[b
             size += arr.size
             continue
         elem, dims = facts.elem_type(name), facts.dims(name)
-        if not elem or dims is None:  # rule 5
+        if not elem or (dims is None and not built_only):  # rule 5
             return None
         elem = _FLOAT16 if i in fp16 else elem
+        if dims is None:
+            inputs.append(oh.make_tensor_value_info(name, elem, None))
+            continue
         feeds[name] = _made_up(elem, dims)
         inputs.append(oh.make_tensor_value_info(name, elem, dims))
         size += feeds[name].size
@@ -308,7 +317,7 @@ def runs_in_float32(model: onnx.ModelProto) -> set[str]:
             known = key in _WIDENED
             widened = _WIDENED.get(key)
         if not known:
-            probe = _probe_model(n, facts, set())
+            probe = _probe_model(n, facts, set(), built_only=True)
             widened = _inserts_casts(probe[0]) if probe is not None else None
             with _LOCK:
                 _WIDENED[key] = widened
@@ -319,7 +328,7 @@ def runs_in_float32(model: onnx.ModelProto) -> set[str]:
 
 def _widened_probe(node: onnx.NodeProto, facts: _Facts) -> bytes | None:
     """Rule 7: the one-node model of rule 2 with its float16 inputs float32."""
-    probe = _probe_model(node, facts, set())
+    probe = _probe_model(node, facts, set(), built_only=True)
     if probe is None:
         return None
     model = onnx.load_from_string(probe[0])

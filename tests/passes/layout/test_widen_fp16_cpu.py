@@ -149,3 +149,79 @@ def test_weights_are_float32_and_results_those_onnxruntime_computes(run):
     np.testing.assert_array_equal(after, at_all)  # what onnxruntime computes at level all
     np.testing.assert_array_equal(after, before)  # and with its optimizer off
     assert np.abs(after - ref).max() < 1e-2
+
+
+def _classifier_tail(dtype=np.float16) -> onnx.ModelProto:
+    """A PaddleOCR classifier's float16 tail at opset 11: Conv -> GlobalAveragePool -> Reshape to
+    a shape computed from Shape (its output's shape unknown to inference) -> MatMul -> Add ->
+    Softmax. MatMul has no float16 CPU kernel at opset 11."""
+    rng = np.random.default_rng(4)
+    elem = oh.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [
+        onh.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float16).astype(dtype), "w"),
+        onh.from_array((rng.standard_normal((8, 2)) * 0.3).astype(np.float16).astype(dtype), "fc_w"),
+        onh.from_array(rng.standard_normal(2).astype(np.float16).astype(dtype), "fc_b"),
+        onh.from_array(np.array([0], np.int64), "zero"), onh.from_array(np.array([1], np.int64), "one"),
+        onh.from_array(np.array([-1], np.int64), "minus_one"),
+    ]
+    nodes = [
+        oh.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        oh.make_node("GlobalAveragePool", ["c"], ["p"], name="pool"),
+        oh.make_node("Shape", ["p"], ["s"], name="shape"),
+        oh.make_node("Slice", ["s", "zero", "one"], ["n"], name="slice"),
+        oh.make_node("Concat", ["n", "minus_one"], ["to"], name="concat", axis=0),
+        oh.make_node("Reshape", ["p", "to"], ["flat"], name="reshape"),
+        oh.make_node("MatMul", ["flat", "fc_w"], ["mm"], name="matmul"),
+        oh.make_node("Add", ["mm", "fc_b"], ["logits"], name="add"),
+        oh.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=1),
+    ]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", elem, ["n", 3, 8, 8])],
+                          [oh.make_tensor_value_info("y", elem, ["n", 2])], inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 11)])
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_nodes_whose_input_shape_inference_cannot_tell_are_asked_too(run):
+    original = _classifier_tail()
+    typed = onnx.shape_inference.infer_shapes(original)
+    flat = next(v for v in typed.graph.value_info if v.name == "flat")
+    assert not flat.type.tensor_type.HasField("shape") or any(
+        not d.HasField("dim_value") for d in flat.type.tensor_type.shape.dim)
+    # the kernel onnxruntime picks depends on element types: the probe declares no shape
+    assert {"conv", "pool", "matmul", "add", "softmax"} <= runs_in_float32(original)
+    final = run(original, "widen_fp16_cpu").final
+    # one Cast in (x), one out (y), none for the Shape: onnxruntime has none of its own to insert
+    assert _casts_onnxruntime_runs(final) == 2
+    x = np.random.default_rng(5).standard_normal((2, 3, 8, 8)).astype(np.float16)
+    off, on = ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    (after,) = _session(final, off).run(None, {"x": x})
+    (before,) = _session(original, off).run(None, {"x": x})
+    (at_all,) = _session(original, on).run(None, {"x": x})
+    assert after.dtype == np.float16
+    np.testing.assert_array_equal(after, before)
+    np.testing.assert_allclose(after.astype(np.float32), at_all.astype(np.float32), atol=2e-3)
+
+
+def test_widened_regions_are_fused_and_laid_out_as_float32_ones(run):
+    """Widening runs before the fusions: a float16 Conv + Relu onnxruntime computes in float32
+    is fused, and the NCHWc capture takes the widened graph (it leaves float16 Convs alone)."""
+    names = registry.default_passes()
+    assert names.index("widen_fp16_cpu") < min(names.index(p) for p in ("fold_batchnorm", "fuse_conv_activation",
+                                                                         "nchwc_layout"))
+    result = run(_model(), *names)
+    ops = [(n.domain, n.op_type) for n in result.final.graph.node]
+    assert ("com.microsoft", "FusedConv") in ops or ("com.microsoft.nchwc", "Conv") in ops
+    assert ("", "Conv") not in ops
+    fused = next(r for r in result.reports if r.name == "fuse_conv_activation")
+    assert fused.status == "applied"
+    layout = next(r for r in result.reports if r.name == "nchwc_layout")
+    assert layout.status == "applied", layout.declined or layout.skip_reason
+    x = np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype(np.float16)
+    off, on = ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    after = _session(result.final, off).run(None, {"x": x})
+    at_all = _session(_model(), on).run(None, {"x": x})
+    for a, b in zip(after, at_all, strict=True):
+        assert a.dtype == np.float16
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), atol=1e-2)
