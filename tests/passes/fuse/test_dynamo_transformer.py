@@ -392,3 +392,57 @@ def test_llama_attention_fuses_with_the_sequence_length_fixed():
     keys = [n.input[1] for n in result.final.graph.node if n.op_type == "MultiHeadAttention"]
     producers = {o: n for n in result.final.graph.node for o in n.output}
     assert all(producers[k].op_type == "Reshape" for k in keys)  # the grouped key made 4-D
+
+
+def _fixed(model: onnx.ModelProto) -> onnx.ModelProto:
+    for i in model.graph.input:
+        for d in i.type.tensor_type.shape.dim:
+            if d.dim_param == "seq":
+                d.dim_value = S
+    return model
+
+
+def test_rotary_embedding_fuses_with_the_sequence_length_fixed():
+    result, ops = _optimize(_fixed(llama_model(keep_shape=(1, 1, S, S))))
+    # the query and the key of each of the two layers
+    assert ops.count("RotaryEmbedding") == 4
+    assert "Neg" not in ops and ops.count("MultiHeadAttention") == 2
+    rope = [n for n in result.final.graph.node if n.op_type == "RotaryEmbedding"]
+    assert all(n.domain == "com.microsoft" for n in rope)
+    # one cos and one sin cache of (S, H/2), shared by the four
+    assert len({n.input[2] for n in rope}) == 1 and len({n.input[3] for n in rope}) == 1
+    inits = {t.name: onh.to_array(t) for t in result.final.graph.initializer}
+    cos = inits[rope[0].input[2]]
+    assert cos.shape == (S, HS // 2)
+    inv = 1.0 / 10000 ** (np.arange(0, HS, 2) / HS)
+    np.testing.assert_allclose(cos, np.cos(np.arange(S)[:, None] * inv[None, :]), atol=1e-6)
+    (rep,) = [r for r in result.reports if r.name == "fuse_rotary_embedding"]
+    fused = [c for c in rep.changes if c.out_ops == ("RotaryEmbedding",)]
+    assert len(fused) == 4
+    assert all(sorted(c.in_ops) == ["Add", "Concat", "Mul", "Mul", "Neg", "Slice", "Slice"] for c in fused)
+
+
+def test_rotary_embedding_is_a_near_miss_while_cos_and_sin_are_computed():
+    result, ops = _optimize(llama_model())
+    assert "RotaryEmbedding" not in ops
+    (rep,) = [r for r in result.reports if r.name == "fuse_rotary_embedding"]
+    assert rep.status == "unchanged"
+    assert rep.near_misses and all("sequence length" in m.reason and "fix the input shapes" in m.reason
+                                   for m in rep.near_misses)
+
+
+def test_rotary_embedding_needs_equal_halves_of_cos_and_sin():
+    """``x·c + rotate_half(x)·s`` with constants whose halves differ is no rotary embedding."""
+    g = _G(4)
+    half = HS // 2
+    rng = np.random.default_rng(3)
+    cos = g.const(rng.standard_normal((1, 1, S, HS)).astype(np.float32), "cos")
+    sin_half = rng.standard_normal((1, 1, S, half)).astype(np.float32)
+    sin = g.const(np.concatenate([sin_half, sin_half], -1), "sin")
+    y = _rotary(g, "q", cos, sin)
+    model = g.model([oh.make_tensor_value_info("q", onnx.TensorProto.FLOAT, [1, NH, S, HS])],
+                    [oh.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [1, NH, S, HS])])
+    result = run_pipeline(model, ["fuse_rotary_embedding"])
+    assert "RotaryEmbedding" not in [n.op_type for n in result.final.graph.node]
+    (rep,) = result.reports
+    assert any("halves of cos differ" in m.reason for m in rep.near_misses)
