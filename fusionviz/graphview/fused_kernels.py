@@ -18,7 +18,9 @@ def kernel_note(ops: Iterable[str]) -> str:
     """One phrase: the onnxruntime CPU kernel that could hold these op types, or "no kernel: why"."""
     s = set(ops)
     if "Conv" in s and "Sigmoid" in s and "Mul" in s:
-        return "no kernel: FusedConv has no SiLU activation"
+        return "no kernel: FusedConv has no SiLU activation (the SiLU alone is one QuickGelu)"
+    if s == {"Sigmoid", "Mul"}:
+        return "QuickGelu (SiLU / Swish: a fusion could hold it)"
     if "Conv" in s and "HardSwish" in s:
         return "no kernel: FusedConv has no HardSwish activation"
     if s & {"Conv", "ConvTranspose"} and s <= {"Conv", "ConvTranspose", "Add", "Mul", "Sub", "Div",

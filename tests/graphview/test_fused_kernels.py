@@ -12,7 +12,7 @@ from fusionviz.graphview.fused_kernels import kernel_note
 
 
 @pytest.mark.parametrize("ops,says", [
-    (["Conv", "Sigmoid", "Mul"], "no kernel: FusedConv has no SiLU activation"),
+    (["Conv", "Sigmoid", "Mul"], "no kernel: FusedConv has no SiLU activation (the SiLU alone is one QuickGelu)"),
     (["Conv", "HardSwish"], "no kernel: FusedConv has no HardSwish activation"),
     (["Conv", "BatchNormalization", "Relu"], "FusedConv / weight folding"),
     (["Mul", "Add", "Mul"], "no kernel: no generic element-wise chain kernel"),
@@ -36,6 +36,6 @@ def test_the_compiled_table_says_why_a_group_stayed_apart():
     rows = {r["layer"]: r for r in _table(graph, sources, ops)}
     col = "onnxruntime (CPU) for the group"
     assert rows["conv_silu"]["our passes"] == "3 nodes"
-    assert rows["conv_silu"][col] == "no kernel: FusedConv has no SiLU activation"
+    assert rows["conv_silu"][col] == "no kernel: FusedConv has no SiLU activation (the SiLU alone is one QuickGelu)"
     assert rows["conv_bn"]["our passes"] == "one node too" and rows["conv_bn"][col] == ""
     assert rows["relu"][col] == ""

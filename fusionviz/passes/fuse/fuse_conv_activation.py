@@ -341,6 +341,7 @@ def _silu_near_misses(model: ir.Model) -> None:
                     and any(v is not None and v.producer() is sig for v in n.inputs)), None)
         if sig is not None and mul is not None:
             nearmiss.note([sig, conv], mul, "Conv + SiLU (x·sigmoid(x)): onnxruntime's FusedConv has no SiLU "
-                          "activation, so the Sigmoid and the Mul stay separate kernels",
+                          "activation, so the Conv and the SiLU stay two kernels (fuse_silu makes the "
+                          "Sigmoid and the Mul one QuickGelu)",
                           hint="OpenVINO fuses Conv + Swish into one layer (Graph view: compiled by OpenVINO)",
                           kind="no_kernel", rule="ConvSiLU", depth=200)  # wins over the Sigmoid's "other uses"
