@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ui.ui_helpers import TEST_PASSES  # the one declining test pass (the AppTest suite's too)
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "e2e"
 CHROMIUM = os.environ.get("FUSIONVIZ_CHROMIUM", "/usr/bin/chromium")
@@ -185,33 +187,29 @@ def fresh_server(*app_args: str, name: str = "fresh", env: dict[str, str] | None
         stop_server(proc)
 
 
-TEST_PASSES = '''"""A pass for tests only: its result breaks the model's signature, so the pipeline declines it."""
-
-import onnx_ir as ir
-
-from fusionviz.passes.base import Category, Pass
-
-
-class BreakSignature(Pass):
-    name = "test_break_signature"
-    title = "Test: rename the first output"
-    category = Category.SIMPLIFY
-    explain = "Renames the graph's first output: the validity rule must decline it."
-    order = 199
-
-    def transform(self, model):
-        out = model.graph.outputs[0]
-        node = ir.node("Identity", inputs=[out], name="test_break_signature")
-        new = node.outputs[0]
-        new.name = f"{out.name}_renamed"
-        new.dtype, new.shape = out.dtype, out.shape
-        model.graph.append(node)
-        model.graph.outputs[0] = new
-        return None
+@contextlib.contextmanager
+def app_page(browser, timeout_ms: int = 300_000):
+    """A page at 1600×1000 in a browser context of its own, closed after the block."""
+    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(timeout_ms)
+        yield page
+    finally:
+        ctx.close()
 
 
-PASSES = [BreakSignature]
-'''
+#: where ``benchmarks/wild.py`` caches the wild corpus (third-party models, pinned in its manifest)
+WILD = Path.home() / ".cache" / "fusionviz" / "wild" / "models"
+
+
+def wild_model(name: str) -> str:
+    """The path of a wild-corpus model, or the test is skipped when it is not cached here."""
+    found = sorted(WILD.glob(f"{name}/*.onnx"))
+    if not found:
+        pytest.skip(f"the wild corpus ({name}) is not cached here")
+    return str(found[0])
+
 
 SITECUSTOMIZE = '''try:  # tests only: register the declining test pass in every process of the server
     from fusionviz.passes import registry

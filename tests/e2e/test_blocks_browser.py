@@ -4,17 +4,14 @@ both. Screenshots go to ``artifacts/screens/``."""
 
 from __future__ import annotations
 
-import glob
-from pathlib import Path
 from urllib import parse
 
 import pytest
-from conftest import assert_clean, fresh_server, screenshot, wait_idle
+from conftest import app_page, assert_clean, fresh_server, screenshot, wait_idle, wild_model
 from test_graph_daily import pane
 
 pytestmark = pytest.mark.e2e
 
-WILD = Path.home() / ".cache" / "fusionviz" / "wild" / "models"
 BLOCKS_JS = "() => [...document.querySelectorAll('g.node')].map(g => g.id).filter(i => i.startsWith('fv-s-'))"
 VISIBLE_JS = """() => [...document.querySelectorAll('g.node')].filter(g => g.id.startsWith('fv-s-')).filter(g => {
   const r = g.getBoundingClientRect();
@@ -27,14 +24,8 @@ def _blocks(page, side: str) -> set[str]:
 
 
 def test_a_paddle_detector_collapses_into_blocks_that_open_in_both_panes(browser):
-    found = sorted(glob.glob(str(WILD / "ppocr_v4_det" / "*.onnx")))
-    if not found:
-        pytest.skip("the wild corpus (ppocr_v4_det) is not cached here")
-    with fresh_server("--model", found[0], name="blocks") as url:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        page = ctx.new_page()
-        page.set_default_timeout(300_000)
-        try:
+    with fresh_server("--model", wild_model("ppocr_v4_det"), name="blocks") as url:
+        with app_page(browser) as page:
             page.goto(url + "/graph")
             page.get_by_role("heading", name="Graph: before and after", exact=True).first.wait_for()
             wait_idle(page, 300)
@@ -55,5 +46,3 @@ def test_a_paddle_detector_collapses_into_blocks_that_open_in_both_panes(browser
             assert target in query.get("g.expanded", []), page.url
             assert_clean(page)
             screenshot(page, "blocks_ppocr_one_open")
-        finally:
-            ctx.close()

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import onnx
 import pytest
-from conftest import assert_clean, fresh_server, screenshot, wait_idle
+from conftest import app_page, assert_clean, fresh_server, screenshot, wait_idle
 from test_graph_daily import NODES_JS, attr, pane, params
 
 from fusionviz.graphview.dot import STATUS_STYLE
@@ -58,10 +58,7 @@ def wait_ops(page, side: str, want: list[str], timeout_s: float = 90) -> None:
 
 def test_open_a_body_in_both_panes_and_come_back(browser, cf_model):
     with fresh_server("--model", str(cf_model), name="graph-bodies") as base:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        try:
-            page = ctx.new_page()
-            page.set_default_timeout(120_000)
+        with app_page(browser, 120_000) as page:
             page.goto(base + "/graph")
             page.get_by_role("heading", name="Graph: before and after", exact=True).first.wait_for()
             wait_idle(page, 300)
@@ -105,8 +102,6 @@ def test_open_a_body_in_both_panes_and_come_back(browser, cf_model):
             wait_ops(page, "before", ["Equal", "If", "Loop"])
             assert "body" not in params(page)
             assert_clean(page)
-        finally:
-            ctx.close()
 
 
 def test_silero_vad_branch_opens_from_a_link(browser):
@@ -117,10 +112,7 @@ def test_silero_vad_branch_opens_from_a_link(browser):
     if path is None:
         pytest.skip("silero_vad_v6 is not in the corpus cache (python -m fusionviz.corpus.fetch)")
     with fresh_server("--model", str(path), name="graph-bodies-silero") as base:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        try:
-            page = ctx.new_page()
-            page.set_default_timeout(180_000)
+        with app_page(browser, 180_000) as page:
             page.goto(base + "/graph?body=If_0/then_branch")
             page.get_by_role("heading", name="Graph: before and after", exact=True).first.wait_for()
             wait_idle(page, 300)
@@ -131,5 +123,3 @@ def test_silero_vad_branch_opens_from_a_link(browser):
             assert params(page)["body"] == "If_0/then_branch"
             assert_clean(page)
             screenshot(page, "graph_body_silero_then_branch")
-        finally:
-            ctx.close()

@@ -19,6 +19,7 @@ import onnx
 import pytest
 from conftest import (
     ROOT,
+    app_page,
     assert_clean,
     declining_pass_env,
     fresh_server,
@@ -259,10 +260,7 @@ def test_declined_pass_is_shown_with_its_reason(browser, tmp_path):
     link of an upload (uploads are shared by their link)."""
     env = declining_pass_env(tmp_path / "plugin")
     with fresh_server("--sample", "textbook", name="declined", env=env) as base:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        try:
-            page = ctx.new_page()
-            page.set_default_timeout(120_000)
+        with app_page(browser, 120_000) as page:
             page.goto(base + "/model")
             _heading(page, "Model").wait_for()
             wait_idle(page)
@@ -283,5 +281,3 @@ def test_declined_pass_is_shown_with_its_reason(browser, tmp_path):
             warn.first.scroll_into_view_if_needed()
             screenshot(q, "daily_declined")
             other.close()
-        finally:
-            ctx.close()

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 import onnx
 import pygraphviz
 import pytest
-from conftest import assert_clean, fresh_server, screenshot, wait_idle
+from conftest import app_page, assert_clean, fresh_server, screenshot, wait_idle
 
 from fusionviz import samples
 from fusionviz.graphview.synthetic import transformer_with_nodes
@@ -134,10 +134,7 @@ def big_model(tmp_path_factory):
 
 def test_three_thousand_nodes_drawn_uncapped(browser, big_model):
     with fresh_server("--model", str(big_model), name="graph-3k") as base:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        try:
-            page = ctx.new_page()
-            page.set_default_timeout(300_000)
+        with app_page(browser) as page:
             t0 = time.monotonic()
             page.goto(base + "/graph?passes=&g.collapse=off")  # node by node, not its repeated blocks
             pane(page, "before", timeout_s=300)  # the first screen comes first...
@@ -161,8 +158,6 @@ def test_three_thousand_nodes_drawn_uncapped(browser, big_model):
             assert k1 < k0  # zoomed out
             assert_clean(page)
             screenshot(page, "graph_big_3000")
-        finally:
-            ctx.close()
 
 
 def _download(page, button) -> bytes:

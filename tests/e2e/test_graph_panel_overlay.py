@@ -10,7 +10,7 @@ context shows the same overlay. Screenshots: artifacts/screens/panel_*.png and o
 from __future__ import annotations
 
 import pytest
-from conftest import assert_clean, screenshot, wait_idle
+from conftest import app_page, assert_clean, screenshot, wait_idle
 from test_graph_daily import NODES_JS, open_graph, pane, params
 
 from fusionviz.graphview.dot import TIME_FILLS
@@ -79,10 +79,7 @@ def test_time_overlay_colours_both_panes_and_lives_in_the_link(server, browser, 
     assert_clean(page)
     screenshot(page, "overlay_time")
     url = page.url
-    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-    try:
-        fresh = ctx.new_page()
-        fresh.set_default_timeout(60_000)
+    with app_page(browser, 60_000) as fresh:
         open_graph(fresh, url)
         fresh.locator(".fv-ovl", has_text="Time per node").first.wait_for(timeout=240_000)
         wait_idle(fresh, 240)
@@ -92,8 +89,6 @@ def test_time_overlay_colours_both_panes_and_lives_in_the_link(server, browser, 
         fills = pane(fresh, "after").evaluate(FILLS_JS)
         assert len([f for f in fills if f in palette]) >= 10
         screenshot(fresh, "overlay_time_link")
-    finally:
-        ctx.close()
 
 
 def test_memory_overlay_from_a_link_colours_both_panes(server, page):

