@@ -121,7 +121,8 @@ def held(keys: tuple[str, ...], sources: dict[str, set[str]]) -> str:
 
 
 _QUANT = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "DynamicQuantizeLSTM",
-                    "MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul"})
+                    "MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul",
+                    "MatMulIntegerToFloat"})
 
 
 def why_apart(ours: list[str], fp16: bool) -> str | None:
@@ -130,6 +131,9 @@ def why_apart(ours: list[str], fp16: bool) -> str | None:
     s = set(ours)
     if fp16:
         return "no kernel: float16 (FusedConv, HardSwish and the other fused CPU kernels are float32)"
+    if "DynamicQuantizeLinear" in s and "MatMulIntegerToFloat" in s:
+        return ("no kernel: a DynamicQuantizeLinear several MatMuls read stays apart (each one a "
+                "MatMulIntegerToFloat), as in onnxruntime")
     if s & _QUANT:
         return "quantized: onnxruntime groups QDQ nodes itself at session time"
     rest = s - {"FusedConv", "Conv", "ConvTranspose", "Gemm", "MatMul", "FusedMatMul"}

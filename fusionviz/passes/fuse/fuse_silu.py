@@ -77,6 +77,8 @@ class _Swish(orp.RewriteRuleClassBase):
 class FuseSilu(Pass, name="fuse_silu", category=Category.FUSE, order=265, trigger_ops=frozenset({"Sigmoid"})):
     """SiLU / Swish (``x·sigmoid(α·x)``) into one ``com.microsoft.QuickGelu``."""
 
+    mirrors_ort = "extended"  # its QuickGeluFusion
+
     title = "Fuse SiLU / Swish (x·sigmoid(αx)) into QuickGelu"
     needs_shapes = True
     explain = """\
