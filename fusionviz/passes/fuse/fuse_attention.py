@@ -123,9 +123,13 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
                             if bias_input is not None:
                                 mask_cache[(id(m.mask), self_attention)] = bias_input
                         if bias_input is None:
-                            shp = list(m.mask.shape.dims) if m.mask.shape is not None else "unknown"
-                            raise Reject(f"mask of shape {shp} is neither an attention_mask nor (B,1|N,S,T)",
-                                         m.mask.producer())
+                            shp = _shape_text(m.mask.shape)
+                            unknown = m.mask.shape is None or any(not isinstance(d, int) for d in m.mask.shape.dims)
+                            raise Reject(f"mask of shape {shp} is neither an attention_mask nor (B,1|N,S,T)"
+                                         + (" as far as shape inference can tell" if unknown else ""),
+                                         m.mask.producer(),
+                                         hint="fix the input shapes (--shape, or the app's Model page): shape "
+                                              "inference then knows the mask's" if unknown else "")
             except Reject as why:
                 logger.info("fuse_attention: Softmax %s not fused: %s", node.name, why)
                 nearmiss.note(m.nodes or [node], why.at or node, str(why), rule="attention",
@@ -202,3 +206,13 @@ mask): then it never fires. With a float mask that may hold −inf the block is 
         if bias_input is not None:
             inputs += [None, None, bias_input]
         return ir.node("MultiHeadAttention", inputs, attrs, domain=MS_DOMAIN, name="")
+
+
+def _shape_text(shape: ir.Shape | None) -> str:
+    """A shape for a near miss: ints, the model's own dim names, ``?`` for what shape inference
+    made up or could not tell."""
+    if shape is None:
+        return "unknown"
+    dims = [str(d) if isinstance(d, int) else (d.value if d.value and not d.value.startswith("unk__") else "?")
+            for d in shape.dims]
+    return f"({', '.join(dims)})"

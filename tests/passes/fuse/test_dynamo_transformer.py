@@ -350,7 +350,7 @@ def test_heads_attention_leaves_a_key_padding_shaped_mask():
     result = run_pipeline(model, default_passes())
     assert "MultiHeadAttention" not in [n.op_type for n in result.final.graph.node]
     (rep,) = [r for r in result.reports if r.name == "fuse_attention"]
-    assert any("mask of shape [1, 1, 1, 8]" in nm.reason for nm in rep.near_misses)
+    assert any("mask of shape (1, 1, 1, 8)" in nm.reason for nm in rep.near_misses)
 
 
 def test_heads_attention_takes_a_key_transposed_in_one_step():
