@@ -654,24 +654,13 @@ def toggle_for(name: str, given: str | None) -> tuple[str, ...]:
     return TOGGLE_PASS.get(name, ())
 
 
-# The text of every drawn graph node (page and component iframes): a collapsed block's label names
-# its ops and counts, so a pass toggled inside a block changes it even when no title does.
-GRAPH_TEXT_JS = """
-() => {
-  const docs = [document];
-  for (const f of document.querySelectorAll('iframe')) {
-    try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
-  }
-  const out = [];
-  for (const d of docs) for (const g of d.querySelectorAll('svg g.node')) out.push(g.textContent);
-  return out;
-}
-"""
-
-
 def graph_text(page) -> list[str]:
-    """The text of every drawn graph node (GRAPH_TEXT_JS)."""
-    return page.evaluate(GRAPH_TEXT_JS)
+    """The text of every drawn graph node, labels included (a collapsed block's label names its
+    ops and counts, so a pass toggled inside a block changes it even when no title does)."""
+    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+    from conftest import drawn_nodes
+
+    return drawn_nodes(page)
 
 
 def _wait_graph_change(page, drawn: list[str], timeout_s: float, since: float | None = None) -> float:

@@ -35,19 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, start_server, stop_server  # noqa: E402
-
-SIGNATURE_JS = """
-() => {
-  const docs = [document];
-  for (const f of document.querySelectorAll('iframe')) {
-    try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
-  }
-  const t = [];
-  for (const d of docs) for (const x of d.querySelectorAll('svg g.node')) t.push(x.textContent);
-  return t.join('|');
-}
-"""
+from conftest import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    DRAWN_NODES_JS,
+    free_port,
+    start_server,
+    stop_server,
+)
 
 TOGGLE_TIMEOUT_S = 60.0
 
@@ -171,12 +166,12 @@ async def session(browser, base: str, sid: int, sample: str, model_name: str, pa
             # screen, where every chosen pass changes the drawn graph.
             name, title = passes[(k // 2) % len(passes)]
             k += 1
-            before = await page.evaluate(SIGNATURE_JS)
+            before = "|".join(await page.evaluate(DRAWN_NODES_JS, "text"))
             t0 = time.perf_counter()
             await page.get_by_text(title, exact=True).first.click()
             changed = False
             while time.perf_counter() - t0 < TOGGLE_TIMEOUT_S:
-                sig = await page.evaluate(SIGNATURE_JS)
+                sig = "|".join(await page.evaluate(DRAWN_NODES_JS, "text"))
                 if sig and sig != before:
                     changed = True
                     break

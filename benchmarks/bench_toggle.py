@@ -42,19 +42,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, start_server, stop_server  # noqa: E402
-
-SIGNATURE_JS = """
-() => {
-  const docs = [document];
-  for (const f of document.querySelectorAll('iframe')) {
-    try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
-  }
-  const t = [];
-  for (const d of docs) for (const x of d.querySelectorAll('svg g.node')) t.push(x.textContent);
-  return t.join('|');
-}
-"""
+from conftest import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    DRAWN_NODES_JS,
+    free_port,
+    start_server,
+    stop_server,
+)
 
 # Arms the in-page clock before a click: the toggle's pointerdown, the app's script run starting
 # and ending, and the first frame whose node set differs from ``prev``.
@@ -149,7 +144,7 @@ def _start_other(tree: Path, port: int, log: Path) -> subprocess.Popen:
 
 def _toggle(page, title: str) -> dict | None:
     """Click a pass's toggle; the in-page and wall-clock latencies, or None when nothing redrew."""
-    prev = page.evaluate(SIGNATURE_JS)
+    prev = "|".join(page.evaluate(DRAWN_NODES_JS, "text"))  # ARM_JS's signature
     toggle = page.get_by_text(title, exact=True)
     toggle.wait_for()
     page.evaluate(ARM_JS, prev)

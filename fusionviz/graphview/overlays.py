@@ -343,17 +343,7 @@ def unattributed_kernels(model: onnx.ModelProto, inner_ms: Mapping[str, float]) 
 def node_keys_everywhere(model: onnx.ModelProto) -> list[str]:
     """Main-graph node keys, then every body node's name (bodies nested at any depth)."""
     from fusionviz.graphview.model_graph import node_keys
+    from fusionviz.passes.walk import proto_graphs
 
-    out = list(node_keys(model.graph.node))
-    stack = [model.graph]
-    while stack:
-        g = stack.pop()
-        for n in g.node:
-            if g is not model.graph and n.name:
-                out.append(n.name)
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    stack.append(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    stack.extend(a.graphs)
-    return out
+    bodies = [n.name for g in proto_graphs(model.graph) if g is not model.graph for n in g.node if n.name]
+    return list(node_keys(model.graph.node)) + bodies

@@ -199,6 +199,32 @@ def app_page(browser, timeout_ms: int = 300_000):
         ctx.close()
 
 
+#: every drawn graph node of the page and of its component iframes: its ``<title>`` (``what`` =
+#: "title") or its whole text, labels included ("text": a collapsed block's label names its ops)
+DRAWN_NODES_JS = """
+(what) => {
+  const docs = [document];
+  for (const f of document.querySelectorAll('iframe')) {
+    try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
+  }
+  const out = [];
+  for (const d of docs) {
+    for (const g of d.querySelectorAll('svg g.node')) {
+      if (what !== 'title') { out.push(g.textContent); continue; }
+      const t = g.querySelector(':scope > title');
+      if (t) out.push(t.textContent);
+    }
+  }
+  return out;
+}
+"""
+
+
+def drawn_nodes(page, what: str = "text") -> list[str]:
+    """:data:`DRAWN_NODES_JS` on a (sync) Playwright page."""
+    return page.evaluate(DRAWN_NODES_JS, what)
+
+
 #: where ``benchmarks/wild.py`` caches the wild corpus (third-party models, pinned in its manifest)
 WILD = Path.home() / ".cache" / "fusionviz" / "wild" / "models"
 

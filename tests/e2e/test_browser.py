@@ -8,28 +8,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import ARTIFACTS
+from conftest import ARTIFACTS, drawn_nodes
 
 pytestmark = pytest.mark.e2e
 
-GRAPH_NODES_JS = """
-() => {
-  const docs = [document];
-  for (const f of document.querySelectorAll('iframe')) {
-    try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
-  }
-  const titles = [];
-  for (const d of docs) {
-    for (const t of d.querySelectorAll('svg g.node > title')) titles.push(t.textContent);
-  }
-  return titles;
-}
-"""
-
-
 def graph_nodes(page) -> list[str]:
     """Titles of every drawn graph node, in the page and in component iframes."""
-    return page.evaluate(GRAPH_NODES_JS)
+    return drawn_nodes(page, "title")
 
 
 def wait_graph(page, *, min_nodes: int = 1, timeout_s: float = 90, different_from: list[str] | None = None,

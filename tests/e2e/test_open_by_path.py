@@ -13,7 +13,16 @@ import sys
 import time
 
 import pytest
-from conftest import ARTIFACTS, ROOT, app_page, assert_clean, fresh_server, nav, wait_idle
+from conftest import (
+    ARTIFACTS,
+    ROOT,
+    app_page,
+    assert_clean,
+    drawn_nodes,
+    fresh_server,
+    nav,
+    wait_idle,
+)
 from test_browser import graph_nodes
 
 from fusionviz.passes import get_pass
@@ -26,7 +35,7 @@ DIM = 2048  # 16 MB per weight: 10 layers hold ~168 MB of external data
 
 @functools.cache
 def _bench_big():
-    """benchmarks/bench_big.py: the synthetic model's writer and the drawn graph's text."""
+    """benchmarks/bench_big.py: the synthetic model's writer."""
     spec = importlib.util.spec_from_file_location("bench_big", ROOT / "benchmarks" / "bench_big.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("bench_big", mod)
@@ -99,12 +108,12 @@ def test_weights_on_disk_graph_first_then_checked_and_toggled(big_model, browser
             _open(page, url, folder, path)
             _draw(page)
             nav(page, "Passes")
-            before = _bench_big().graph_text(page)  # every drawn node's text, labels included
+            before = drawn_nodes(page)  # every drawn node's text, labels included
             title = get_pass("eliminate_identity").title
             for back_on in (False, True):
                 page.get_by_text(title, exact=True).click()
                 wait_idle(page)
                 assert_clean(page)
                 # Off: the Identity is drawn again; back on: the result computed before, drawn again.
-                assert (_bench_big().graph_text(page) == before) is back_on
+                assert (drawn_nodes(page) == before) is back_on
             page.screenshot(path=str(ARTIFACTS / "open_by_path_on_disk_passes.png"))
